@@ -1,0 +1,44 @@
+# Developer commands. `make run` and `make test` are the two a newcomer needs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PACKAGES := echo-proto echo-core echo-gating echo-scheduler echo-kernels echo-server
+STAMP := $(VENV)/.echo-setup-stamp
+SETUP_INPUTS := scripts/setup.sh scripts/requirements-dev.txt $(wildcard packages/*/pyproject.toml)
+
+.PHONY: setup run test lint typecheck proto proto-check pytest format
+
+$(STAMP): $(SETUP_INPUTS)
+	bash scripts/setup.sh
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## The main job on the embedded default (real model, real prompts, CPU).
+run: $(STAMP)
+	$(PY) -m echo_server.cli demo
+
+## Everything CI checks: lint, types per package, generated code, tests.
+test: lint typecheck proto-check pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+typecheck: $(STAMP)
+	@for p in $(PACKAGES); do \
+	  echo "mypy --strict packages/$$p"; \
+	  (cd packages/$$p && ../../$(VENV)/bin/mypy --strict --config-file ../../pyproject.toml src tests) || exit 1; \
+	done
+
+proto: $(STAMP)
+	$(PY) scripts/gen_proto.py
+
+proto-check: $(STAMP)
+	$(PY) scripts/gen_proto.py --check
+
+pytest: $(STAMP)
+	$(PY) -m pytest -m "not gpu" -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
