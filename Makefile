@@ -23,6 +23,7 @@ test: lint typecheck proto-check pytest
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	bash scripts/buf.sh
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

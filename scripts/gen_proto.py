@@ -68,13 +68,14 @@ def plugin_path(name: str) -> str:
         return str(beside)
     found = shutil.which(name)
     if found is None:
-        raise SystemExit(f"gen_proto: protoc plugin {name!r} not found (is mypy-protobuf installed?)")
+        raise SystemExit(f"gen_proto: protoc plugin {name!r} not found (mypy-protobuf missing?)")
     return found
 
 
 def generate(out: Path) -> None:
     """Run protoc over every .proto under proto/ and write the package tree into `out`."""
-    from grpc_tools import protoc  # imported late: the version check must come first
+    # Imported late: the version check must come first. grpcio-tools ships no stubs.
+    from grpc_tools import protoc  # type: ignore[import-untyped]
 
     protos = sorted(p.relative_to(PROTO_DIR).as_posix() for p in PROTO_DIR.rglob("*.proto"))
     if not protos:
@@ -140,7 +141,7 @@ def main() -> int:
 
     problems = check_tool_versions()
     if problems:
-        print("gen_proto: codegen tools do not match scripts/requirements-dev.txt:", file=sys.stderr)
+        print("gen_proto: codegen tools differ from scripts/requirements-dev.txt:", file=sys.stderr)
         for problem in problems:
             print(f"  {problem}", file=sys.stderr)
         print("  fix: pip install -r scripts/requirements-dev.txt", file=sys.stderr)

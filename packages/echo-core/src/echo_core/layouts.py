@@ -103,7 +103,7 @@ def unpack_bits(words: Tensor, width: int) -> Tensor:
     """Inverse of :func:`pack_bits`: [N, W] int32 -> [N, width] bool."""
     shifts = torch.arange(BITS_PER_WORD, device=words.device, dtype=torch.int64)
     bits = (words.to(torch.int64).unsqueeze(-1) >> shifts) & 1
-    return bits.reshape(words.shape[0], -1)[:, :width].to(torch.bool)
+    return bits.reshape(words.shape[0], words.shape[1] * BITS_PER_WORD)[:, :width].to(torch.bool)
 
 
 def ancestor_bits(tree: TreeBatch) -> Tensor:
