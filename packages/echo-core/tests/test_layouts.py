@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -12,17 +14,15 @@ from echo_core.layouts import (
     ancestor_bits,
     ancestor_mask,
     from_sglang,
-    node_rows,
     pack_bits,
-    parent_rows,
     retrieve_indices,
     to_sglang,
     tree_from_retrieve_indices,
     unpack_bits,
-    verify_offsets,
     verify_positions,
 )
 from echo_core.random_trees import random_tree_batch
+from echo_core.verify_rows import node_rows, parent_rows, verify_offsets
 
 TREES = st.tuples(st.integers(0, 10_000), st.integers(0, 5), st.integers(0, 40))
 
@@ -86,7 +86,7 @@ def test_retrieve_indices_round_trip(args: tuple[int, int, int]) -> None:
         for row in retrieve.tolist():
             path = [r for r in row if r >= 0]
             assert path[0] == 0
-            for prev, cur in zip(path, path[1:], strict=False):
+            for prev, cur in itertools.pairwise(path):
                 assert int(req.parent[cur - 1]) == prev - 1
         tokens = torch.cat([torch.tensor([0]), req.token])
         back = tree_from_retrieve_indices(tokens, retrieve, req.draft_logprob)

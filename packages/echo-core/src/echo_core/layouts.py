@@ -1,7 +1,7 @@
 """Derived views of a packed tree batch: positions, ancestor masks, EAGLE and SGLang layouts.
 
-Verify rows: the target verifies, per request b, its root (the last committed token, whose KV is
-not cached yet) followed by its ``n_b`` nodes, packed with offsets
+Verify rows (:mod:`echo_core.verify_rows`): the target verifies, per request b, its root (the
+last committed token, whose KV is not cached yet) followed by its ``n_b`` nodes, packed with offsets
 ``cu_verify = cu_nodes + arange(B + 1)`` (row ``cu_verify[b]`` is the root, row
 ``cu_verify[b] + 1 + i`` is request-local node ``i``).
 
@@ -24,26 +24,11 @@ from torch import Tensor
 
 from echo_core.errors import TreeError
 from echo_core.tree import ROOT, TreeBatch, make_tree
+from echo_core.verify_rows import node_rows, verify_offsets
 
 BITS_PER_WORD = 32
 NO_INDEX = -1
 """Padding / "none" marker in index layouts (EAGLE retrieve indices, SGLang next pointers)."""
-
-
-def verify_offsets(tree: TreeBatch) -> Tensor:
-    """``cu_verify = cu_nodes + arange(B + 1)``: [B+1] int64 row offsets of the verify pass."""
-    return tree.cu_nodes + torch.arange(tree.batch_size + 1, device=tree.device)
-
-
-def node_rows(tree: TreeBatch) -> Tensor:
-    """Verify row of every node: ``cu_verify[b] + 1 + local_i``: [N] int64."""
-    return torch.arange(tree.num_nodes, device=tree.device) + 1 + tree.request_index()
-
-
-def parent_rows(tree: TreeBatch) -> Tensor:
-    """Verify row of every node's parent (the root row for depth-1 nodes): [N] int64."""
-    root_rows = verify_offsets(tree)[:-1][tree.request_index()]
-    return root_rows + 1 + tree.parent  # parent == ROOT (-1) lands on the root row
 
 
 def verify_positions(tree: TreeBatch, cache_len: Tensor) -> Tensor:
