@@ -1,0 +1,282 @@
+"""The engine loop: continuous batching with speculative steps under any echo-scheduler policy.
+
+One call of :meth:`Engine.step` is one decode step of ARCHITECTURE.md's data path:
+
+1. admit   waiting requests whose worst case fits the KV pool; prefill them (first token)
+2. draft   the drafter expands depth by depth, the policy gating between depths
+3. select  the policy picks <= K nodes over the whole batch -> SuperTree
+4. verify  one target forward over every request's root + tree rows (tree attention)
+5. accept  greedy, or lossless stochastic tree acceptance
+6. commit  keep the KV of roots and accepted nodes, free the rest
+7. emit    stream tokens; finish on EOS / max_tokens / stop strings
+
+KV admission is by worst case: a request reserves ``prompt + max_tokens`` slots, and the pool
+keeps ``K + B_max`` slots spare for the transient tree rows of a verify pass, so a running
+request can never run out of KV (no preemption needed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import structlog
+import torch
+from torch import Tensor
+
+from echo_core.sampling import target_probs
+from echo_scheduler.interface import Policy, StepBatch, StepOutcome
+from echo_server.drafting.base import Drafter
+from echo_server.engine.drafting_loop import draft_and_select
+from echo_server.engine.emit import apply_new_tokens
+from echo_server.engine.metrics import EngineMetrics, StepTimer
+from echo_server.engine.request import (
+    FinishReason,
+    GenerationRequest,
+    Phase,
+    RequestError,
+    RequestState,
+    StepEvent,
+)
+from echo_server.engine.verify import accept, prefill, verify_pass
+from echo_server.kv.commit import commit_verified
+from echo_server.kv.pool import KVPool
+from echo_server.model.llama import LlamaModel
+from echo_server.model.tokenizer import Tokenizer
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Engine knobs. ``budget`` is K, draft tokens verified per step over the whole batch."""
+
+    budget: int = 16
+    max_batch: int = 8
+    kv_slots: int = 16384
+    max_context: int | None = None
+    max_depth: int = 16  # safety bound on drafted depths per step
+
+    def __post_init__(self) -> None:
+        if self.budget < 0:
+            raise ValueError(f"budget must be >= 0, got {self.budget}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.kv_slots < 1:
+            raise ValueError(f"kv_slots must be >= 1, got {self.kv_slots}")
+
+
+class Engine:
+    """Serves generation requests with one model, one drafter and one policy."""
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        tokenizer: Tokenizer,
+        policy: Policy,
+        drafter: Drafter,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.policy, self.drafter = policy, drafter
+        self.config = config or EngineConfig()
+        self.kv = KVPool(
+            model.config,
+            self.config.kv_slots,
+            max_requests=self.config.max_batch,
+            max_context=self.config.max_context,
+            dtype=model.dtype,
+            device=model.device,
+        )
+        self.waiting: deque[RequestState] = deque()
+        self.running: list[RequestState] = []
+        self.requests: dict[str, RequestState] = {}
+        self.metrics = EngineMetrics()
+        self._reserved = 0  # KV slots promised to running requests (worst case)
+
+    # -- client side -------------------------------------------------------------------------
+
+    def submit(self, request: GenerationRequest) -> None:
+        """Validate and queue a request; raises :class:`RequestError` with the reason."""
+        if request.request_id in self.requests:
+            raise RequestError(f"request id {request.request_id!r} is already in use")
+        ids = self._prompt_ids(request)
+        need = len(ids) + request.params.max_tokens
+        reason = self.kv.why_never_fits(need + self._verify_slack())
+        if reason is not None:
+            raise RequestError(f"{request.request_id}: {reason} (prompt {len(ids)} tokens)")
+        generator = torch.Generator(device="cpu")
+        seed = request.params.seed
+        generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
+        state = RequestState(
+            request=request,
+            prompt_ids=ids,
+            detokenizer=self.tokenizer.detokenizer(ids[-4:]),
+            generator=generator,
+            submitted_s=time.perf_counter(),
+        )
+        self.requests[request.request_id] = state
+        self.waiting.append(state)
+
+    def cancel(self, request_id: str) -> StepEvent | None:
+        """Stop a request now and free its KV; None if it is unknown or already finished."""
+        state = self.requests.get(request_id)
+        if state is None or state.phase is Phase.FINISHED:
+            return None
+        if state in self.waiting:
+            self.waiting.remove(state)
+        self._finish(state, FinishReason.CANCELLED)
+        return StepEvent(request_id, (), "", FinishReason.CANCELLED)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def run(self) -> Iterator[StepEvent]:
+        """Step until every submitted request has finished, yielding events as they come."""
+        while self.has_work():
+            yield from self.step()
+
+    def pop_finished(self, request_id: str) -> RequestState:
+        """Remove a finished request's state from the engine and return it."""
+        state = self.requests[request_id]
+        if state.phase is not Phase.FINISHED:
+            raise RequestError(f"request {request_id!r} has not finished")
+        return self.requests.pop(request_id)
+
+    # -- the step ------------------------------------------------------------------------------
+
+    def step(self) -> list[StepEvent]:
+        """Admit and prefill what fits, then one speculative decode step for the running batch."""
+        events = self._admit_and_prefill()
+        batch = [s for s in self.running if s.phase is Phase.RUNNING]
+        if batch:
+            events += self._decode_step(batch)
+        return events
+
+    def _decode_step(self, batch: list[RequestState]) -> list[StepEvent]:
+        timer = StepTimer()
+        self.drafter.begin_step([s.context for s in batch], [s.request_id for s in batch])
+        # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
+        caps = torch.tensor([max(s.remaining - 1, 0) for s in batch], dtype=torch.int64)
+        greedy = torch.tensor([s.params.is_greedy for s in batch], dtype=torch.bool)
+        step = StepBatch(len(batch), self.config.budget, caps, greedy)
+        drafted = draft_and_select(self.policy, self.drafter, step, self.config.max_depth)
+        tree = drafted.tree
+        timer.mark("draft")
+
+        handles = [s.kv for s in batch if s.kv is not None]
+        roots = torch.tensor([s.root for s in batch], dtype=torch.int64)
+        logits, write_slots = verify_pass(self.model, self.kv, handles, roots, tree)
+        timer.mark("verify")
+
+        result = accept(tree, logits, batch)
+        timer.mark("accept")
+
+        commit_verified(
+            self.kv, handles, tree, write_slots, result.accepted_nodes, result.num_accepted
+        )
+        self.policy.observe(StepOutcome(result.num_accepted, tree.nodes_per_request()))
+        timer.mark("commit")
+
+        events = []
+        emitted = result.emitted_tokens(tree)
+        for b, state in enumerate(batch):
+            n_acc = int(result.num_accepted[b])
+            state.steps += 1
+            state.accepted += n_acc
+            state.verified += int(tree.nodes_per_request()[b])
+            event = apply_new_tokens(state, emitted[b], self.tokenizer)
+            if event.finish_reason is not None:
+                self._finish(state, event.finish_reason)
+            events.append(event)
+        timer.mark("emit")
+        self.metrics.record_step(
+            tree,
+            result,
+            timer,
+            emitted=sum(len(e.token_ids) for e in events),
+            request_ids=[s.request_id for s in batch],
+            request_steps=[s.steps for s in batch],
+        )
+        return events
+
+    # -- admission and prefill ----------------------------------------------------------------
+
+    def _verify_slack(self) -> int:
+        """Transient slots a verify pass may need beyond every request's worst case."""
+        return self.config.budget + self.config.max_batch
+
+    def _admit_and_prefill(self) -> list[StepEvent]:
+        admitted: list[RequestState] = []
+        while self.waiting and len(self.running) + len(admitted) < self.config.max_batch:
+            state = self.waiting[0]
+            need = len(state.prompt_ids) + state.params.max_tokens
+            free_after = self.kv.num_slots - self._reserved - need - self._verify_slack()
+            if free_after < 0:
+                break  # waits until running requests finish
+            self.waiting.popleft()
+            state.kv = self.kv.add_request()
+            self._reserved += need
+            admitted.append(state)
+        if not admitted:
+            return []
+        logits = prefill(self.model, self.kv, admitted)
+        events = []
+        for b, state in enumerate(admitted):
+            state.phase = Phase.RUNNING
+            self.running.append(state)
+            token = self._sample_first(state, logits[b])
+            state.first_token_s = time.perf_counter()
+            event = apply_new_tokens(state, [token], self.tokenizer)
+            if event.finish_reason is not None:
+                self._finish(state, event.finish_reason)
+            events.append(event)
+        return events
+
+    def _sample_first(self, state: RequestState, logits: Tensor) -> int:
+        """First output token from the prompt's last-row logits ([V] float32)."""
+        p = state.params
+        if p.is_greedy:
+            return int(logits.argmax())
+        probs = target_probs(
+            logits.unsqueeze(0),
+            torch.tensor([p.temperature]),
+            torch.tensor([p.top_k]),
+            torch.tensor([p.top_p]),
+        )
+        return int(torch.multinomial(probs[0], 1, generator=state.generator))
+
+    def _finish(self, state: RequestState, reason: FinishReason) -> None:
+        state.phase = Phase.FINISHED
+        state.finish_reason = reason
+        state.finished_s = time.perf_counter()
+        if state.kv is not None:
+            self.kv.release_request(state.kv)
+            self._reserved -= len(state.prompt_ids) + state.params.max_tokens
+            state.kv = None
+        if state in self.running:
+            self.running.remove(state)
+        self.drafter.release(state.request_id)
+        log.debug(
+            "request_finished",
+            request_id=state.request_id,
+            reason=reason.value,
+            tokens=len(state.output_ids),
+            mean_accepted_length=round(state.mean_accepted_length, 3),
+        )
+
+    def _prompt_ids(self, request: GenerationRequest) -> list[int]:
+        if request.prompt_ids is not None:
+            vocab = self.model.config.vocab_size
+            bad = [t for t in request.prompt_ids if not 0 <= t < vocab]
+            if bad:
+                raise RequestError(
+                    f"{request.request_id}: token ids out of [0, {vocab}): {bad[:5]}"
+                )
+            return list(request.prompt_ids)
+        assert request.prompt is not None
+        if request.chat and self.tokenizer.has_chat_template:
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": request.prompt}])
+        return self.tokenizer.encode(request.prompt)
