@@ -36,10 +36,33 @@ class Proposals:
     logprob: Tensor  # [C] float32, log q(token | context, path), <= 0
 
 
+@dataclass(frozen=True, slots=True)
+class TargetFeedback:
+    """The target's view of the rows just committed, for drafters that read its features.
+
+    After prefill the committed rows are each request's prompt; after a verify pass they are its
+    root and its accepted nodes, in position order. ``next_token[b]`` is the token that follows
+    them (the new root), whose K/V is not computed yet.
+    """
+
+    request_ids: Sequence[str]
+    cu_rows: Tensor  # [B+1] int64, committed rows per request
+    tokens: Tensor  # [R] int64
+    positions: Tensor  # [R] int64
+    hidden: Tensor  # [R, H] target's last hidden state (after the final norm), model dtype
+    aux: tuple[Tensor, ...]  # [R, H] each: hidden states after the drafter's ``aux_layers``
+    next_token: Tensor  # [B] int64
+
+
 class Drafter(Protocol):
     """What the engine needs from any drafter (n-gram, EAGLE head, small model)."""
 
     name: str
+    aux_layers: tuple[int, ...]  # target layers whose hidden states the drafter reads
+
+    def observe(self, feedback: TargetFeedback) -> None:
+        """Take the target's features of newly committed rows (no-op for model-free drafters)."""
+        ...
 
     def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
         """Start a step: ``contexts[b]`` is request b's committed tokens, its root last."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from echo_server.drafting.base import ExpandRequest, Proposals
+from echo_server.drafting.base import ExpandRequest, Proposals, TargetFeedback
 
 
 @dataclass(slots=True)
@@ -41,6 +41,7 @@ class NgramDrafter:
     """Prompt-lookup drafter; see the module docstring for the distribution."""
 
     name = "ngram"
+    aux_layers: tuple[int, ...] = ()
 
     def __init__(self, max_n: int = 4, min_n: int = 1, alpha: float = 1.0) -> None:
         if not 1 <= min_n <= max_n:
@@ -94,6 +95,9 @@ class NgramDrafter:
             token=torch.tensor(token, dtype=torch.int64),
             logprob=torch.tensor(logprob, dtype=torch.float32),
         )
+
+    def observe(self, feedback: TargetFeedback) -> None:
+        """Model-free: the context arrives through :meth:`begin_step`."""
 
     def release(self, request_id: str) -> None:
         self._index.pop(request_id, None)

@@ -40,8 +40,8 @@ from echo_server.engine.request import (
     RequestState,
     StepEvent,
 )
-from echo_server.engine.verify import accept, prefill, verify_pass
-from echo_server.kv.commit import commit_verified
+from echo_server.engine.verify import accept, feedback, prefill, verify_pass
+from echo_server.kv.commit import commit_verified, kept_rows
 from echo_server.kv.pool import KVPool
 from echo_server.model.llama import LlamaModel
 from echo_server.model.tokenizer import Tokenizer
@@ -168,15 +168,18 @@ class Engine:
 
         handles = [s.kv for s in batch if s.kv is not None]
         roots = torch.tensor([s.root for s in batch], dtype=torch.int64)
-        logits, write_slots = verify_pass(self.model, self.kv, handles, roots, tree)
+        out = verify_pass(self.model, self.kv, handles, roots, tree, self.drafter.aux_layers)
         timer.mark("verify")
 
-        result = accept(tree, logits, batch)
+        result = accept(tree, out.logits, batch)
         timer.mark("accept")
 
         commit_verified(
-            self.kv, handles, tree, write_slots, result.accepted_nodes, result.num_accepted
+            self.kv, handles, tree, out.slots, result.accepted_nodes, result.num_accepted
         )
+        keep = kept_rows(tree, result.accepted_nodes, result.num_accepted)
+        ids = [s.request_id for s in batch]
+        self.drafter.observe(feedback(ids, out, keep, result.bonus_token))
         self.policy.observe(StepOutcome(result.num_accepted, tree.nodes_per_request()))
         timer.mark("commit")
 
@@ -222,12 +225,14 @@ class Engine:
             admitted.append(state)
         if not admitted:
             return []
-        logits = prefill(self.model, self.kv, admitted)
+        out = prefill(self.model, self.kv, admitted, self.drafter.aux_layers)
+        first = [self._sample_first(s, out.logits[b]) for b, s in enumerate(admitted)]
+        ids = [s.request_id for s in admitted]
+        self.drafter.observe(feedback(ids, out, None, torch.tensor(first, dtype=torch.int64)))
         events = []
-        for b, state in enumerate(admitted):
+        for state, token in zip(admitted, first, strict=True):
             state.phase = Phase.RUNNING
             self.running.append(state)
-            token = self._sample_first(state, logits[b])
             state.first_token_s = time.perf_counter()
             event = apply_new_tokens(state, [token], self.tokenizer)
             if event.finish_reason is not None:

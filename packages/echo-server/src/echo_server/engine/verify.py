@@ -17,6 +17,7 @@ generator, so a seeded request's output does not depend on what else is in the b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -27,25 +28,41 @@ from echo_core.layouts import verify_positions
 from echo_core.sampling import stack_sampling_params, target_probs
 from echo_core.tree import TreeBatch
 from echo_core.verify_rows import node_rows, root_rows
+from echo_server.drafting.base import TargetFeedback
 from echo_server.engine.request import RequestState
 from echo_server.kv.pool import KVPool, RequestHandle
 from echo_server.model.attention import ragged_positions, tree_row_mask
 from echo_server.model.llama import LlamaModel
 
 
-def prefill(model: LlamaModel, kv: KVPool, states: Sequence[RequestState]) -> Tensor:
-    """Prefill the prompts of ``states`` (their KV handles set); [B, V] float32 last-row logits."""
+@dataclass(frozen=True, slots=True)
+class PassOutput:
+    """One target forward over packed rows (prefill or verify)."""
+
+    logits: Tensor  # [B, V] float32 (prefill: last prompt row) or [B + N, V] (verify: all rows)
+    tokens: Tensor  # [R] int64
+    positions: Tensor  # [R] int64
+    cu_rows: Tensor  # [B + 1] int64
+    hidden: Tensor  # [R, H] final hidden states
+    aux: tuple[Tensor, ...]  # [R, H] each, hidden states after the requested aux layers
+    slots: Tensor  # [R] int64, KV slot written for every row
+
+
+def prefill(
+    model: LlamaModel, kv: KVPool, states: Sequence[RequestState], aux_layers: Sequence[int] = ()
+) -> PassOutput:
+    """Prefill the prompts of ``states`` (their KV handles set) and keep all their K/V."""
     handles = [_handle(s) for s in states]
     rows = [len(s.prompt_ids) for s in states]
     slots = kv.allocate(sum(rows))
     batch = kv.attention_batch(handles, rows, slots)
     tokens = torch.tensor([t for s in states for t in s.prompt_ids], dtype=torch.int64)
     tokens = tokens.to(model.device)
-    out = model.forward(tokens, ragged_positions(batch), batch, kv.storage)
-    last = batch.cu_rows[1:] - 1
-    logits = model.logits(out.hidden, last)
+    positions = ragged_positions(batch)
+    out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
+    logits = model.logits(out.hidden, batch.cu_rows[1:] - 1)
     kv.append(handles, slots, rows)
-    return logits
+    return PassOutput(logits, tokens, positions, batch.cu_rows, out.hidden, out.aux, slots)
 
 
 def verify_pass(
@@ -54,8 +71,9 @@ def verify_pass(
     handles: Sequence[RequestHandle],
     roots: Tensor,  # [B] int64, each request's last emitted token
     tree: TreeBatch,
-) -> tuple[Tensor, Tensor]:
-    """One target forward over roots + tree rows: ([B + N, V] float32 logits, [B + N] slots)."""
+    aux_layers: Sequence[int] = (),
+) -> PassOutput:
+    """One target forward over every request's root + tree rows (K/V written, not committed)."""
     b, n = tree.batch_size, tree.num_nodes
     tokens = torch.empty(b + n, dtype=torch.int64)
     tokens[root_rows(tree)] = roots
@@ -64,8 +82,36 @@ def verify_pass(
     slots = kv.allocate(b + n)
     batch = kv.attention_batch(handles, rows, slots, tree_row_mask(tree))
     positions = verify_positions(tree, batch.cache_len)
-    out = model.forward(tokens.to(model.device), positions, batch, kv.storage)
-    return model.logits(out.hidden), slots
+    tokens = tokens.to(model.device)
+    out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
+    logits = model.logits(out.hidden)
+    return PassOutput(logits, tokens, positions, batch.cu_rows, out.hidden, out.aux, slots)
+
+
+def feedback(
+    request_ids: Sequence[str], out: PassOutput, keep: Tensor | None, next_token: Tensor
+) -> TargetFeedback:
+    """The committed rows of a pass (``keep`` [R] bool; None = all) for the drafter."""
+    if keep is None:
+        cu = out.cu_rows
+        return TargetFeedback(
+            request_ids, cu, out.tokens, out.positions, out.hidden, out.aux, next_token
+        )
+    per_row = torch.repeat_interleave(
+        torch.arange(len(request_ids), device=keep.device), torch.diff(out.cu_rows)
+    )
+    counts = torch.bincount(per_row[keep], minlength=len(request_ids))
+    cu = torch.zeros(len(request_ids) + 1, dtype=torch.int64, device=keep.device)
+    cu[1:] = torch.cumsum(counts, 0)
+    return TargetFeedback(
+        request_ids,
+        cu,
+        out.tokens[keep],
+        out.positions[keep],
+        out.hidden[keep],
+        tuple(a[keep] for a in out.aux),
+        next_token,
+    )
 
 
 def accept(tree: TreeBatch, logits: Tensor, states: Sequence[RequestState]) -> AcceptResult:

@@ -1,0 +1,45 @@
+"""``echo-sd``: the command-line entry point (subcommands live in sibling modules)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from echo_core.errors import EchoError
+from echo_server.cli import demo, generate, policies
+from echo_server.logs import LEVELS, configure_logging
+
+COMMANDS = {
+    "generate": generate,
+    "policies": policies,
+    "demo": demo,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="echo-sd", description="ECHO: elastic speculative decoding (serving node and tools)"
+    )
+    parser.add_argument("--log-level", choices=LEVELS, default="warning")
+    parser.add_argument("--json-logs", action="store_true", help="one JSON object per log line")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for module in COMMANDS.values():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level, args.json_logs)
+    try:
+        return int(COMMANDS[args.command].run(args))
+    except EchoError as exc:
+        print(f"echo-sd {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""``python -m echo_server.cli``."""
+
+import sys
+
+from echo_server.cli import main
+
+sys.exit(main())

@@ -1,0 +1,90 @@
+"""Options shared by the subcommands that build an engine, and the builder itself."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import structlog
+import torch
+
+from echo_gating.policy import GateMode, GatePolicy
+from echo_scheduler.config import PolicyConfig
+from echo_scheduler.interface import Policy
+from echo_scheduler.policies import make_policy
+from echo_server.drafting import NgramDrafter
+from echo_server.drafting.base import Drafter
+from echo_server.engine import Engine, EngineConfig
+from echo_server.model.loader import LoadedModel, load_model
+
+log = structlog.get_logger(__name__)
+
+POLICY_CHOICES = (
+    "plain",
+    "chain",
+    "static",
+    "eagle2",
+    "global-topk",
+    "echo",
+    "echo-dense",
+    "echo-fixed",
+)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FIXED_THRESHOLD = 0.3
+"""Threshold of the one-threshold ablation when no calibrated policy is given."""
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("engine")
+    g.add_argument("--model", default=None, help="GGUF file or HF directory (default: embedded)")
+    g.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    g.add_argument("--budget", type=int, default=16, help="K: draft tokens verified per step")
+    g.add_argument("--max-batch", type=int, default=8, help="concurrent requests")
+    g.add_argument("--kv-slots", type=int, default=16384, help="KV pool size in tokens")
+    g.add_argument("--gate", type=Path, default=None, help="calibrated GatePolicy JSON")
+    g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.add_argument(
+        "--low-concurrency",
+        action="store_true",
+        help="the paper's low-load tree shape (depth 8, top-k 10, 60 tokens)",
+    )
+
+
+def policy_name(cli_name: str) -> str:
+    return cli_name.replace("-", "_")
+
+
+def gate_for(name: str, gate_file: Path | None, max_depth: int) -> GatePolicy | None:
+    """The GatePolicy a policy runs with: the calibrated file, or the ablation's default."""
+    gate = GatePolicy.load(gate_file) if gate_file is not None else None
+    if name == "echo_fixed" and (gate is None or gate.mode is not GateMode.FIXED):
+        return GatePolicy.fixed(FIXED_THRESHOLD, max_depth)
+    if name == "echo_dense" and (gate is None or gate.mode is not GateMode.DENSE):
+        thresholds = {d: FIXED_THRESHOLD for d in range(1, max_depth + 1)}
+        return GatePolicy.dense(thresholds)
+    return gate
+
+
+def build_policy(cli_name: str, args: argparse.Namespace) -> Policy:
+    cfg = (
+        PolicyConfig.low_concurrency() if args.low_concurrency else PolicyConfig.high_concurrency()
+    )
+    name = policy_name(cli_name)
+    return make_policy(name, cfg, gate_for(name, args.gate, cfg.max_depth))
+
+
+def build_drafter(args: argparse.Namespace) -> Drafter:
+    return NgramDrafter()
+
+
+def load(args: argparse.Namespace) -> LoadedModel:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return load_model(args.model, dtype=DTYPES[args.dtype])
+
+
+def build_engine(loaded: LoadedModel, cli_policy: str, args: argparse.Namespace) -> Engine:
+    config = EngineConfig(budget=args.budget, max_batch=args.max_batch, kv_slots=args.kv_slots)
+    return Engine(
+        loaded.model, loaded.tokenizer, build_policy(cli_policy, args), build_drafter(args), config
+    )
