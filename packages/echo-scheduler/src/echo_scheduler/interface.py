@@ -1,0 +1,192 @@
+"""The one interface every drafting/selection policy implements, as the engine drives it.
+
+One decode step, in the engine (the simulator makes exactly the same calls)::
+
+    plan = policy.begin_step(StepBatch(batch_size=B, budget=K, max_nodes=caps))
+    pool = empty_tree(B)
+    while not plan.done:
+        children = drafter(pool, plan)        # top-k children (token, log q) per expanded node
+        pool = append_children(pool, ...)     # re-packed, BFS order within every request
+        plan = policy.after_depth(pool)
+    keep = policy.select(pool)                # [N] bool, ancestor-closed, <= K, <= caps
+    tree = select_nodes(pool, keep)           # the SuperTree to verify
+    policy.observe(StepOutcome(accepted_lengths=...))   # optional feedback
+
+Plans. The first plan (from ``begin_step``) has ``root_topk`` ([B] int64): how many children of
+each request's root to draft (0 = none). Every later plan (from ``after_depth``) has ``expand``
+([M] int64, distinct global indices into the pool passed to *that* ``after_depth`` call, all at
+the depth drafted last, i.e. leaves of the pool) and ``topk`` ([M] int64 >= 1): how many children
+(the drafter's top ones, in rank order) to draft for each. The engine re-packs the pool after every
+depth, so global indices are only meaningful for the pool of the same call; request-local indices
+of existing nodes never change (new nodes are deeper, so they are appended after them).
+
+Pool order within a request: by depth, then parent, then the child's rank: parents precede
+children. ``budget`` K counts draft nodes verified this step across the batch; every request's root
+(its last committed token, which yields the bonus token) is always verified and never counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from echo_core.tree import TreeBatch
+from echo_scheduler.errors import PolicyError
+
+
+@dataclass(frozen=True, slots=True)
+class StepBatch:
+    """What a policy is told at the start of a step."""
+
+    batch_size: int
+    budget: int  # K: draft nodes verified this step, whole batch, roots not counted
+    max_nodes: Tensor  # [B] int64 >= 0, per-request cap on draft nodes (0 = must not draft)
+    greedy: Tensor | None = None  # [B] bool, T=0 requests; reserved, no policy ranks by it yet
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 0:
+            raise PolicyError(f"batch_size must be >= 0, got {self.batch_size}")
+        if self.budget < 0:
+            raise PolicyError(f"budget must be >= 0, got {self.budget}")
+        m = self.max_nodes
+        if m.dtype != torch.int64 or m.shape != (self.batch_size,):
+            raise PolicyError(
+                f"max_nodes must be [{self.batch_size}] int64, got {tuple(m.shape)} {m.dtype}"
+            )
+        if bool((m < 0).any()):
+            raise PolicyError(f"max_nodes must be >= 0, got {m.tolist()}")
+        g = self.greedy
+        if g is not None and (g.dtype != torch.bool or g.shape != (self.batch_size,)):
+            raise PolicyError(
+                f"greedy must be [{self.batch_size}] bool, got {tuple(g.shape)} {g.dtype}"
+            )
+
+    @staticmethod
+    def uniform(batch_size: int, budget: int, max_nodes: int = 1 << 30) -> StepBatch:
+        """Every request capped at ``max_nodes`` (default: effectively uncapped)."""
+        caps = torch.full((batch_size,), max_nodes, dtype=torch.int64)
+        return StepBatch(batch_size=batch_size, budget=budget, max_nodes=caps)
+
+
+@dataclass(frozen=True, slots=True)
+class DraftPlan:
+    """What to draft next; build with :meth:`roots`, :meth:`nodes` or :meth:`finished`."""
+
+    root_topk: Tensor | None  # [B] int64 >= 0 on the first plan of a step, else None
+    expand: Tensor  # [M] int64, global indices into the pool of the current call
+    topk: Tensor  # [M] int64 >= 1, children to draft per expanded node
+
+    @property
+    def done(self) -> bool:
+        """Nothing more to draft this step."""
+        if self.root_topk is not None:
+            return not bool((self.root_topk > 0).any())
+        return self.expand.numel() == 0
+
+    @staticmethod
+    def roots(root_topk: Tensor) -> DraftPlan:
+        empty = torch.zeros(0, dtype=torch.int64, device=root_topk.device)
+        return DraftPlan(root_topk=root_topk.to(torch.int64), expand=empty, topk=empty.clone())
+
+    @staticmethod
+    def nodes(expand: Tensor, topk: Tensor) -> DraftPlan:
+        if expand.shape != topk.shape or expand.dim() != 1:
+            raise PolicyError(
+                f"expand and topk must be matching 1-D tensors, got {tuple(expand.shape)} "
+                f"and {tuple(topk.shape)}"
+            )
+        keep = topk > 0
+        return DraftPlan(
+            root_topk=None, expand=expand[keep].to(torch.int64), topk=topk[keep].to(torch.int64)
+        )
+
+    @staticmethod
+    def finished(device: torch.device | str = "cpu") -> DraftPlan:
+        empty = torch.zeros(0, dtype=torch.int64, device=device)
+        return DraftPlan(root_topk=None, expand=empty, topk=empty.clone())
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """Feedback after verification: accepted draft nodes per request (bonus not counted)."""
+
+    accepted_lengths: Tensor  # [B] int64 >= 0
+    verified: Tensor  # [B] int64, draft nodes verified per request
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A drafting + selection strategy, driven once per step as the module docstring shows."""
+
+    name: str
+
+    def begin_step(self, batch: StepBatch) -> DraftPlan: ...
+
+    def after_depth(self, pool: TreeBatch) -> DraftPlan: ...
+
+    def select(self, pool: TreeBatch) -> Tensor: ...
+
+    def observe(self, outcome: StepOutcome) -> None: ...
+
+
+class BasePolicy:
+    """Shared bookkeeping: the current step's batch, the depth drafted so far, smoothed feedback.
+
+    Subclasses implement ``_start`` (optional), ``_first_plan`` (called only when the budget and
+    batch are non-empty), ``_next_plan`` and ``select``. ``smoothed_accept`` is
+    the exponential moving average ``s <- (1 - a) s + a * mean(accepted_lengths)``, a = 0.1, over
+    the steps observed; no baseline acts on it, it is there for adaptive policies and metrics.
+    """
+
+    name = "base"
+    EMA_ALPHA = 0.1
+
+    def __init__(self) -> None:
+        self._batch: StepBatch | None = None
+        self.depth = 0  # deepest depth drafted this step
+        self.smoothed_accept: float | None = None
+
+    @property
+    def batch(self) -> StepBatch:
+        if self._batch is None:
+            raise PolicyError(f"{self.name}: begin_step must be called before after_depth/select")
+        return self._batch
+
+    def begin_step(self, batch: StepBatch) -> DraftPlan:
+        self._batch = batch
+        self.depth = 0
+        self._start(batch)
+        if batch.budget == 0 or batch.batch_size == 0:
+            return DraftPlan.finished(batch.max_nodes.device)
+        return self._first_plan(batch)
+
+    def after_depth(self, pool: TreeBatch) -> DraftPlan:
+        if pool.batch_size != self.batch.batch_size:
+            raise PolicyError(
+                f"{self.name}: pool has {pool.batch_size} requests, step has "
+                f"{self.batch.batch_size}"
+            )
+        self.depth += 1
+        return self._next_plan(pool)
+
+    def observe(self, outcome: StepOutcome) -> None:
+        if outcome.accepted_lengths.numel() == 0:
+            return
+        mean = float(outcome.accepted_lengths.to(torch.float32).mean())
+        prev = self.smoothed_accept
+        self.smoothed_accept = mean if prev is None else prev + self.EMA_ALPHA * (mean - prev)
+
+    def _start(self, batch: StepBatch) -> None:
+        """Reset per-step state; runs on every step, even when nothing will be drafted."""
+
+    def _first_plan(self, batch: StepBatch) -> DraftPlan:
+        raise NotImplementedError
+
+    def _next_plan(self, pool: TreeBatch) -> DraftPlan:
+        raise NotImplementedError
+
+    def select(self, pool: TreeBatch) -> Tensor:
+        raise NotImplementedError

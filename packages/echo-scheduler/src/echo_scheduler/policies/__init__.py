@@ -1,0 +1,77 @@
+"""Every scheduling policy behind one interface, and a constructor by name.
+
+Names: ``plain``, ``chain``, ``static``, ``eagle2``, ``global_topk``, ``echo`` (calibrated sparse
+gate), ``echo_dense`` and ``echo_fixed`` (ablations: a gate at every depth / one threshold), and
+``echo_reserve`` (ECHO reserving every request's base tree first: the literal reading of
+Algorithm 1, kept as an ablation).
+"""
+
+from __future__ import annotations
+
+from echo_gating.policy import GateMode, GatePolicy
+from echo_scheduler.config import PolicyConfig
+from echo_scheduler.errors import PolicyError
+from echo_scheduler.interface import BasePolicy
+from echo_scheduler.policies.echo import EchoPolicy
+from echo_scheduler.policies.global_topk import GlobalTopKPolicy
+from echo_scheduler.policies.plain import PlainPolicy
+from echo_scheduler.policies.uniform import ChainPolicy, Eagle2Policy, StaticTreePolicy
+
+POLICY_NAMES = (
+    "plain",
+    "chain",
+    "static",
+    "eagle2",
+    "global_topk",
+    "echo",
+    "echo_dense",
+    "echo_fixed",
+    "echo_reserve",
+)
+
+_ECHO_MODES = {
+    "echo": None,
+    "echo_dense": GateMode.DENSE,
+    "echo_fixed": GateMode.FIXED,
+    "echo_reserve": None,
+}
+
+
+def make_policy(
+    name: str, config: PolicyConfig | None = None, gate: GatePolicy | None = None
+) -> BasePolicy:
+    """A fresh policy ``name`` with ``config`` (default: high concurrency).
+
+    The ``echo*`` policies take their gate from ``gate`` (default: never gate); ``echo_dense`` and
+    ``echo_fixed`` check that the gate has the matching mode, so an ablation is never mislabelled.
+    """
+    cfg = config if config is not None else PolicyConfig()
+    if name == "plain":
+        return PlainPolicy()
+    if name == "chain":
+        return ChainPolicy(cfg)
+    if name == "static":
+        return StaticTreePolicy(cfg)
+    if name == "eagle2":
+        return Eagle2Policy(cfg)
+    if name == "global_topk":
+        return GlobalTopKPolicy(cfg)
+    if name in _ECHO_MODES:
+        mode = _ECHO_MODES[name]
+        if mode is not None and (gate is None or gate.mode is not mode):
+            got = None if gate is None else gate.mode.value
+            raise PolicyError(f"policy {name!r} needs a {mode.value} GatePolicy, got {got}")
+        return EchoPolicy(cfg, gate, name=name, reserve_base=name == "echo_reserve")
+    raise PolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+
+
+__all__ = [
+    "POLICY_NAMES",
+    "ChainPolicy",
+    "Eagle2Policy",
+    "EchoPolicy",
+    "GlobalTopKPolicy",
+    "PlainPolicy",
+    "StaticTreePolicy",
+    "make_policy",
+]

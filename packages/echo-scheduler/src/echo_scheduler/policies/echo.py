@@ -1,0 +1,199 @@
+"""Policy 6, ECHO: sparse confidence gating + elastic two-priority allocation of one budget K.
+
+Our reading of the paper's Algorithm 1 (docs/PAPER.md), refined by simulation (see the README).
+
+Key. ``u_i = m_{d_i}(path_logprob_i)`` with the gate's calibrated acceptance maps (the estimated
+P(node accepted), its marginal utility), else the path score ``P_i``; then
+``u'_i = min(u_i, u'_parent)`` so the key never rises along a path. Ties (the maps are step
+functions) go to the higher path score, then the lower index.
+
+Gates. At a checkpoint d (``gate.is_checkpoint(d)``) a request whose layer confidence
+``C_b(d) < tau_d`` is truncated at ``t_b = d``: it drafts no deeper this step and none of its
+nodes deeper than d is ever selected (``t_b = Dmax`` for requests never truncated).
+
+Selection tiers over the eligible nodes (``d_i <= t_b``), taken in order (tier, key desc):
+
+- 0 base (only with ``reserve_base``, the literal reading): per request its ``n0 = N - 1`` best
+  nodes with ``d <= D0``, minus those deeper than ``t_b`` (a failed gate frees them);
+- 1 depth (Priority 1): per request and depth its ``k0`` best nodes (the EAGLE-2 band);
+- 2 width (Priority 2): every other node of a truncated request (its extra siblings);
+- 3 reinvest (low contention): every other node.
+
+:func:`budgeted_select` takes them in that order (a node waits for its parent) until K nodes, at
+most ``max_nodes[b]`` per request. So no truncated request is widened while a Priority-1 node is
+left; with surplus the trees grow deeper, then wider. The selection for K is a subset of the one
+for K + 1 on the same pool, and with K >= every eligible band node all of them are selected.
+Measured (simulate.py): reserving the base costs accepted tokens whenever K <= B n0, because a
+fixed per-request share ignores marginal utility; hence ``reserve_base=False`` by default.
+
+Drafting. Every expanded node is drafted into ``W = max(k0, Wmax)`` children, so the pool holds
+the siblings width expansion may take (width never exceeds Wmax). After depth d, each active
+request (not truncated, below its cap) expands its ``k0`` best depth-d nodes among those that
+tiers 0-1 currently select and whose children could still be selected: when the budget is full,
+``min(u'_f, m_{d+1}(path_logprob_f))`` (an upper bound of any child's key) must reach the key
+``w`` of the weakest selected node (``w = 0`` while the budget is not full). Drafting stops when
+no node qualifies or when the depth's estimated gain ``sum_f max(0, c_f - w)`` (``c_f``: estimated
+best-child key, see ``_child_keys``) is below ``config.min_depth_gain`` tokens, the price of one
+more drafter call. With ``reserve_base`` depths below D0 are drafted for every request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from echo_core.tree import TreeBatch
+from echo_gating.policy import GatePolicy
+from echo_gating.signals import layer_confidence
+from echo_scheduler.config import PolicyConfig
+from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch
+from echo_scheduler.policies.frontier import expand_all
+from echo_scheduler.ranking import (
+    PoolIndex,
+    budgeted_select,
+    group_order,
+    inverse,
+    key_order,
+    monotone_key,
+    path_score,
+    ranks_in_order,
+    top_per_request,
+)
+
+BASE, DEPTH, WIDTH, REINVEST = 0, 1, 2, 3
+"""Selection tiers, taken in this order."""
+
+
+class EchoPolicy(BasePolicy):
+    """ECHO (gate = calibrated sparse GatePolicy) and its ablations (dense, fixed, none)."""
+
+    def __init__(
+        self,
+        config: PolicyConfig,
+        gate: GatePolicy | None = None,
+        name: str = "echo",
+        reserve_base: bool = False,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.gate = gate if gate is not None else GatePolicy.none()
+        self.name = name
+        self.reserve_base = reserve_base
+        self.truncated_at = torch.zeros(0, dtype=torch.int64)  # [B], Dmax = never truncated
+
+    def _start(self, batch: StepBatch) -> None:
+        self.truncated_at = torch.where(batch.max_nodes > 0, self.config.max_depth, 0)
+
+    def _first_plan(self, batch: StepBatch) -> DraftPlan:
+        return DraftPlan.roots(torch.where(batch.max_nodes > 0, self.config.draft_width, 0))
+
+    @property
+    def truncated(self) -> Tensor:
+        """[B] bool: requests that failed a checkpoint this step."""
+        return self.truncated_at < self.config.max_depth
+
+    def key(self, pool: TreeBatch, index: PoolIndex | None = None) -> Tensor:
+        """Ranking key ``u'`` of every node (module docstring): [N] float32."""
+        maps = self.gate.acceptance_maps
+        if maps is None:
+            return path_score(pool)  # already non-increasing along paths
+        return monotone_key(pool, maps.expected_accept(pool.depth, pool.path_logprob), index)
+
+    def _next_plan(self, pool: TreeBatch) -> DraftPlan:
+        d = self.depth
+        if self.gate.is_checkpoint(d):
+            ok = self.gate.gate(d, layer_confidence(pool, d))
+            self.truncated_at = torch.where(~ok & (self.truncated_at > d), d, self.truncated_at)
+        active = self.truncated_at > d
+        if d >= self.config.max_depth or not bool(active.any()):
+            return DraftPlan.finished(pool.device)
+        ix = PoolIndex.of(pool)
+        key = self.key(pool, ix)
+        kpos = key_order(key, path_score(pool))
+        k0, width = self.config.topk, self.config.draft_width
+        order = self._order(pool, ix, kpos)
+        at_depth = pool.depth == d
+        if self.reserve_base and d < self.config.base_depth:
+            pick = ranks_in_order(order.group, order.grouped, at_depth & active[ix.req]) < k0
+            return expand_all(pick.nonzero().squeeze(1), width)
+        budget, caps = self.batch.budget, self.batch.max_nodes
+        kept = order.eligible & (order.tier <= DEPTH)
+        held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
+        full = int(held.sum()) >= budget
+        if full or bool((held > caps).any()):  # the budget or a cap binds: allocate for real
+            kept = budgeted_select(pool, order.pos, kept, caps, budget, ix)
+            held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
+            full = int(held.sum()) >= budget
+        weakest = key[kept].min() if full else torch.zeros((), device=pool.device)
+        bound, guess = self._child_keys(pool, ix, key, d)
+        candidates = kept & at_depth & (active & (held < caps))[ix.req]
+        if full:
+            candidates &= bound >= weakest
+        nodes = (ranks_in_order(order.group, order.grouped, candidates) < k0).nonzero().squeeze(1)
+        gain = float((guess[nodes] - weakest).clamp(min=0).sum())
+        if nodes.numel() == 0 or gain < self.config.min_depth_gain:
+            return DraftPlan.finished(pool.device)
+        return expand_all(nodes, width)
+
+    def _child_keys(
+        self, pool: TreeBatch, ix: PoolIndex, key: Tensor, depth: int
+    ) -> tuple[Tensor, Tensor]:
+        """Per node: an upper bound and an estimate of its best child's key, [N] float32 each.
+
+        Bound: ``min(u'_f, m_{d+1}(log P_f))`` (a child's path score is at most its parent's;
+        maps are non-decreasing). Estimate: the same at ``log P_f + log q_b``, with ``q_b`` the
+        request's best draft probability at the depth just drafted (drafter confidence persists).
+        Without maps ``m`` is the identity on ``P``.
+        """
+        at_depth = pool.depth == depth
+        top = torch.full((pool.batch_size,), -torch.inf, device=pool.device)
+        top.scatter_reduce_(0, ix.req[at_depth], pool.draft_logprob[at_depth], reduce="amax")
+        guess_logp = pool.path_logprob + top[ix.req].clamp(max=0.0)
+        maps = self.gate.acceptance_maps
+        if maps is None:
+            return key, torch.minimum(key, guess_logp.exp())
+        child = pool.depth + 1
+        bound = torch.minimum(key, maps.expected_accept(child, pool.path_logprob))
+        guess = torch.minimum(key, maps.expected_accept(child, guess_logp.clamp(min=-1e4)))
+        return bound, guess
+
+    def _order(self, pool: TreeBatch, ix: PoolIndex, kpos: Tensor) -> _Order:
+        """Tiers and the selection priority of the module docstring (two sorts in all)."""
+        eligible = pool.depth <= self.truncated_at[ix.req]
+        group = ix.req * (self.config.max_depth + 1) + pool.depth.clamp(max=self.config.max_depth)
+        grouped = group_order(group, kpos)
+        band = ranks_in_order(group, grouped, eligible) < self.config.topk
+        tier = torch.where(self.truncated[ix.req], WIDTH, REINVEST)
+        tier = torch.where(band, DEPTH, tier)
+        if self.reserve_base:
+            n0 = torch.full_like(self.truncated_at, self.config.tree_nodes)
+            shallow = pool.depth <= self.config.base_depth
+            base = top_per_request(pool, kpos, n0, shallow) & eligible
+            tier = torch.where(base, BASE, tier)
+        by_key = inverse(kpos)
+        ranked = tier[by_key]
+        perm = torch.cat([by_key[ranked == t] for t in (BASE, DEPTH, WIDTH, REINVEST)])
+        return _Order(inverse(perm), eligible, tier, group, grouped)
+
+    def select(self, pool: TreeBatch) -> Tensor:
+        ix = PoolIndex.of(pool)
+        order = self._order(pool, ix, key_order(self.key(pool, ix), path_score(pool)))
+        caps = self.batch.max_nodes
+        return budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
+
+    def tiers(self, pool: TreeBatch) -> Tensor:
+        """Tier of every node for the current step state (-1 = not eligible): [N] int64."""
+        ix = PoolIndex.of(pool)
+        order = self._order(pool, ix, key_order(self.key(pool, ix), path_score(pool)))
+        return torch.where(order.eligible, order.tier, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Order:
+    pos: Tensor  # [N] int64 permutation: (tier, key desc, path score desc, index)
+    eligible: Tensor  # [N] bool, depth <= t_b
+    tier: Tensor  # [N] int64
+    group: Tensor  # [N] int64, request * (Dmax + 1) + depth
+    grouped: Tensor  # [N] int64, nodes sorted by (group, key order)

@@ -1,0 +1,135 @@
+"""ECHO's own invariants: gates, Priority 1 before 2, surplus, base reservation, feedback."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from echo_core.tree import TreeBatch
+from echo_gating.maps import AcceptanceMaps, DepthMap
+from echo_gating.policy import GateMode, GatePolicy
+from echo_gating.signals import layer_confidence
+from echo_scheduler.config import PolicyConfig
+from echo_scheduler.interface import StepOutcome
+from echo_scheduler.policies.echo import DEPTH, WIDTH, EchoPolicy
+from echo_scheduler.ranking import key_order, path_score, top_per_request
+from echo_scheduler.simulator import drive
+from echo_scheduler.synthetic import SyntheticStep, SyntheticWorkload
+
+FAST = settings(max_examples=60, deadline=None)
+CONFIG = PolicyConfig(max_depth=6, max_width=4)
+GATES = st.sampled_from(
+    [
+        GatePolicy.none(),
+        GatePolicy.sparse({2: 0.4, 4: 0.2}, max_depth=6),
+        GatePolicy.sparse({1: 0.6}, max_depth=6),
+        GatePolicy.dense({1: 0.3, 2: 0.3, 3: 0.2, 4: 0.2, 5: 0.1, 6: 0.1}),
+        GatePolicy.fixed(0.25, max_depth=6),
+    ]
+)
+
+
+def _step(seed: int, batch: int) -> SyntheticStep:
+    return SyntheticWorkload.qwen().sample(batch, 1, torch.Generator().manual_seed(seed))[0]
+
+
+def _per_request(pool: TreeBatch, mask: torch.Tensor) -> torch.Tensor:
+    return torch.bincount(pool.request_index()[mask], minlength=pool.batch_size)
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), batch=st.integers(1, 8), budget=st.integers(1, 60), gate=GATES)
+def test_no_truncated_request_is_widened_while_priority_one_nodes_are_left(
+    seed: int, batch: int, budget: int, gate: GatePolicy
+) -> None:
+    policy = EchoPolicy(CONFIG, gate)
+    step = _step(seed, batch)
+    run = drive(policy, step, budget)
+    tier = policy.tiers(run.pool)
+    if bool((run.keep & (tier == WIDTH)).any()):
+        held = _per_request(run.pool, run.keep)
+        full = (held >= step.max_nodes)[run.pool.request_index()]
+        left_behind = (tier == DEPTH) & ~run.keep & ~full
+        assert not bool(left_behind.any())
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), batch=st.integers(1, 8), budget=st.integers(1, 80), gate=GATES)
+def test_a_request_that_failed_a_checkpoint_is_never_extended_deeper(
+    seed: int, batch: int, budget: int, gate: GatePolicy
+) -> None:
+    policy = EchoPolicy(CONFIG, gate)
+    run = drive(policy, _step(seed, batch), budget)
+    t = policy.truncated_at[run.pool.request_index()]
+    assert bool((run.pool.depth <= t).all())  # not even drafted deeper
+    assert bool((run.pool.depth[run.keep] <= CONFIG.max_depth).all())
+    gp = run.pool.global_parent()
+    kept_parents = gp[run.keep & (gp >= 0)]
+    if kept_parents.numel():
+        assert int(torch.bincount(kept_parents).max()) <= CONFIG.draft_width  # width <= Wmax
+    for d in sorted(gate.thresholds):
+        if gate.mode is GateMode.NONE or d >= CONFIG.max_depth:
+            continue
+        conf = layer_confidence(run.pool, d)
+        reached = torch.bincount(run.pool.request_index()[run.pool.depth > d], minlength=batch)
+        # a request with depth > d nodes passed the gate at d
+        assert bool((conf[reached > 0] >= gate.thresholds[d]).all())
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), batch=st.integers(1, 6), gate=GATES)
+def test_with_enough_budget_every_gated_band_node_is_selected(
+    seed: int, batch: int, gate: GatePolicy
+) -> None:
+    policy = EchoPolicy(CONFIG, gate)
+    step = _step(seed, batch)
+    step = step.with_max_nodes(torch.full((batch,), 10_000))
+    run = drive(policy, step, budget=10_000)
+    tier = policy.tiers(run.pool)
+    assert bool(run.keep[tier >= 0].all())  # all eligible nodes: band, width, reinvest
+    assert not bool(run.keep[tier < 0].any())
+
+
+def test_reserved_base_is_each_requests_best_shallow_nodes() -> None:
+    config = PolicyConfig(max_depth=6, max_width=4)
+    policy = EchoPolicy(config, GatePolicy.none(), reserve_base=True)
+    step = _step(11, 5)
+    step = step.with_max_nodes(torch.full((5,), 100))
+    run = drive(policy, step, budget=5 * config.tree_nodes)
+    pool = run.pool
+    base = top_per_request(
+        pool,
+        key_order(path_score(pool)),
+        torch.full((5,), config.tree_nodes),
+        pool.depth <= config.base_depth,
+    )
+    assert torch.equal(run.keep, base)
+
+
+def test_calibrated_maps_rank_the_budget_and_never_favour_a_child() -> None:
+    # depth 1 is trusted (score -> high P), depth >= 2 is worth little whatever its score
+    maps = AcceptanceMaps(
+        (
+            DepthMap(edges=(-1.0,), values=(0.2, 0.9), counts=(10, 10)),
+            DepthMap(edges=(), values=(0.05,), counts=(20,)),
+        )
+    )
+    gate = GatePolicy(
+        version="t", mode=GateMode.NONE, thresholds={}, acceptance_maps=maps, max_depth=2
+    )
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), gate)
+    run = drive(policy, _step(12, 4), budget=4)
+    key = policy.key(run.pool)
+    gp = run.pool.global_parent()
+    has = gp >= 0
+    assert bool((key[has] <= key[gp[has]]).all())
+    assert bool((run.pool.depth[run.keep] == 1).all())  # depth-1 nodes beat all deeper ones
+
+
+def test_observe_smooths_the_mean_accepted_length() -> None:
+    policy = EchoPolicy(CONFIG)
+    policy.observe(StepOutcome(torch.tensor([2, 4]), torch.tensor([4, 4])))
+    policy.observe(StepOutcome(torch.tensor([0, 0]), torch.tensor([4, 4])))
+    assert policy.smoothed_accept is not None
+    assert abs(policy.smoothed_accept - 2.7) < 1e-6
