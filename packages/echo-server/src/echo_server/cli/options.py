@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Literal
 
 import structlog
 import torch
@@ -38,7 +39,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("engine")
     g.add_argument("--model", default=None, help="GGUF file or HF directory (default: embedded)")
     g.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
-    g.add_argument("--budget", type=int, default=16, help="K: draft tokens verified per step")
+    g.add_argument(
+        "--budget",
+        type=budget_arg,
+        default=16,
+        help="K: draft tokens verified per step, or 'auto' (the measured verify-cost knee)",
+    )
     g.add_argument("--max-batch", type=int, default=8, help="concurrent requests")
     g.add_argument("--kv-slots", type=int, default=16384, help="KV pool size in tokens")
     g.add_argument("--gate", type=Path, default=None, help="calibrated GatePolicy JSON")
@@ -48,6 +54,20 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the paper's low-load tree shape (depth 8, top-k 10, 60 tokens)",
     )
+
+
+def budget_arg(text: str) -> int | Literal["auto"]:
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= 0 or 'auto', got {text!r}"
+        ) from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"budget must be >= 0, got {value}")
+    return value
 
 
 def policy_name(cli_name: str) -> str:

@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Literal
 
 import structlog
 import torch
@@ -29,6 +30,7 @@ from torch import Tensor
 from echo_core.sampling import target_probs
 from echo_scheduler.interface import Policy, StepBatch, StepOutcome
 from echo_server.drafting.base import Drafter
+from echo_server.engine.budget import BudgetPolicy, load_or_measure
 from echo_server.engine.drafting_loop import draft_and_select
 from echo_server.engine.emit import apply_new_tokens
 from echo_server.engine.metrics import EngineMetrics, StepTimer
@@ -51,17 +53,18 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """Engine knobs. ``budget`` is K, draft tokens verified per step over the whole batch."""
+    """Engine knobs. ``budget`` is K, draft tokens verified per step over the whole batch, or
+    ``"auto"``: K_max from the verify-cost profile measured on this machine (engine/budget.py)."""
 
-    budget: int = 16
+    budget: int | Literal["auto"] = 16
     max_batch: int = 8
     kv_slots: int = 16384
     max_context: int | None = None
     max_depth: int = 16  # safety bound on drafted depths per step
 
     def __post_init__(self) -> None:
-        if self.budget < 0:
-            raise ValueError(f"budget must be >= 0, got {self.budget}")
+        if self.budget != "auto" and (not isinstance(self.budget, int) or self.budget < 0):
+            raise ValueError(f"budget must be an int >= 0 or 'auto', got {self.budget!r}")
         if self.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
         if self.kv_slots < 1:
@@ -94,6 +97,11 @@ class Engine:
         self.running: list[RequestState] = []
         self.requests: dict[str, RequestState] = {}
         self.metrics = EngineMetrics()
+        self.budget = (
+            BudgetPolicy(cost=load_or_measure(model))
+            if self.config.budget == "auto"
+            else BudgetPolicy(fixed=self.config.budget)
+        )
         self._reserved = 0  # KV slots promised to running requests (worst case)
 
     # -- client side -------------------------------------------------------------------------
@@ -161,7 +169,7 @@ class Engine:
         # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
         caps = torch.tensor([max(s.remaining - 1, 0) for s in batch], dtype=torch.int64)
         greedy = torch.tensor([s.params.is_greedy for s in batch], dtype=torch.bool)
-        step = StepBatch(len(batch), self.config.budget, caps, greedy)
+        step = StepBatch(len(batch), self.budget.budget(len(batch)), caps, greedy)
         drafted = draft_and_select(self.policy, self.drafter, step, self.config.max_depth)
         tree = drafted.tree
         timer.mark("draft")
@@ -209,7 +217,7 @@ class Engine:
 
     def _verify_slack(self) -> int:
         """Transient slots a verify pass may need beyond every request's worst case."""
-        return self.config.budget + self.config.max_batch
+        return self.budget.budget(1) + self.config.max_batch
 
     def _admit_and_prefill(self) -> list[StepEvent]:
         admitted: list[RequestState] = []

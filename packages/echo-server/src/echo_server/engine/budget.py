@@ -1,0 +1,124 @@
+"""The per-step verification budget K: fixed, or from a verify-cost profile measured here.
+
+Auto mode times one target verify pass over ``T`` tokens for a few ``T`` (a single request with a
+chain of ``T - 1`` draft rows after a short cached prefix, the model's real forward), fits
+echo-scheduler's hinge ``t(T) = base + s_mem T + s_cmp max(0, T - T0)`` and uses
+
+    K(B) = clamp(K_max(B), min_budget, max_budget),  K_max(B) = max(0, floor(T0) - B)
+
+i.e. fill the verify pass up to the knee where extra tokens start to cost. The profile is cached
+as JSON (keyed by model, dtype, device and thread count) so later starts skip the measurement.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+import torch
+
+from echo_core.tree import make_tree
+from echo_scheduler.cost import VerifyCostModel
+from echo_server.kv.pool import KVPool
+from echo_server.model.attention import tree_row_mask
+from echo_server.model.llama import LlamaModel
+
+log = structlog.get_logger(__name__)
+
+PROFILE_TOKENS = (1, 4, 8, 16, 32, 64, 128)
+PREFIX = 64
+REPEATS = 3
+DEFAULT_CACHE = Path.home() / ".cache" / "echo" / "verify_cost"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetPolicy:
+    """K per step: ``fixed`` when set, else from ``cost`` at the batch size."""
+
+    fixed: int | None = None
+    cost: VerifyCostModel | None = None
+    min_budget: int = 0
+    max_budget: int = 256
+
+    def __post_init__(self) -> None:
+        if (self.fixed is None) == (self.cost is None):
+            raise ValueError("give exactly one of a fixed budget and a cost model")
+        if self.fixed is not None and self.fixed < 0:
+            raise ValueError(f"budget must be >= 0, got {self.fixed}")
+
+    def budget(self, batch_size: int) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        assert self.cost is not None
+        return min(max(self.cost.k_max(batch_size), self.min_budget), self.max_budget)
+
+
+def measure_profile(model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS) -> list[float]:
+    """Median seconds of one verify pass over each T in ``tokens`` (after a warm-up pass)."""
+    pool = KVPool(
+        model.config,
+        PREFIX + max(tokens) + 8,
+        max_requests=1,
+        dtype=model.dtype,
+        device=model.device,
+    )
+    handle = pool.add_request()
+    slots = pool.allocate(PREFIX)
+    ids = torch.randint(
+        0, model.config.vocab_size, (PREFIX,), generator=torch.Generator().manual_seed(0)
+    )
+    batch = pool.attention_batch([handle], [PREFIX], slots)
+    model.forward(
+        ids.to(model.device), torch.arange(PREFIX, device=model.device), batch, pool.storage
+    )
+    pool.append([handle], slots, [PREFIX])
+    out: list[float] = []
+    for t in tokens:
+        chain = make_tree([[(1, i - 1, -0.1) for i in range(t - 1)]])
+        mask = tree_row_mask(chain)
+        rows = torch.full((t,), 2, dtype=torch.int64, device=model.device)
+        pos = PREFIX + torch.arange(t, device=model.device)
+        times = []
+        for _ in range(REPEATS + 1):
+            write = pool.allocate(t)
+            batch = pool.attention_batch([handle], [t], write, mask)
+            start = time.perf_counter()
+            hidden = model.forward(rows, pos, batch, pool.storage).hidden
+            model.logits(hidden)
+            times.append(time.perf_counter() - start)
+            pool.free(write)
+        out.append(sorted(times[1:])[REPEATS // 2])
+    return out
+
+
+def _cache_key(model: LlamaModel) -> str:
+    cfg = model.config
+    ident = f"{cfg}|{model.dtype}|{model.device}|{torch.get_num_threads()}"
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
+def load_or_measure(model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE) -> VerifyCostModel:
+    """The cached profile for this model and machine setup, or a fresh measurement."""
+    path = cache_dir / f"{_cache_key(model)}.json" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            return VerifyCostModel.fit(data["tokens"], data["seconds"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("verify_profile_cache_unreadable", path=str(path), error=str(exc))
+    seconds = measure_profile(model)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"tokens": list(PROFILE_TOKENS), "seconds": seconds}))
+    cost = VerifyCostModel.fit(list(PROFILE_TOKENS), seconds)
+    log.info(
+        "verify_profile",
+        tokens=list(PROFILE_TOKENS),
+        ms=[round(s * 1000, 1) for s in seconds],
+        knee_tokens=round(cost.knee_tokens, 1),
+    )
+    return cost
