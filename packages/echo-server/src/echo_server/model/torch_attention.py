@@ -1,0 +1,107 @@
+"""Torch reference attention backend: gather the context per request, one batched SDPA call.
+
+Per forward (:meth:`TorchAttention.plan`) the ragged batch becomes a dense layout with
+``W = max_rows`` query rows and ``C = max_context`` context columns per request:
+
+- column c of request b reads pool slot ``slot_table[req_rows[b], c]`` when ``c < cache_len[b]``
+  (prefix), ``write_slots[cu_rows[b] + c - cache_len[b]]`` when it is one of the request's new
+  rows, else the null slot (padding);
+- ``mask[b, r, c] = prefix(c) or (new(c) and visible(r, c - cache_len[b]))`` with ``visible`` the
+  causal rule or ``new_mask``; padded query rows see column 0 only (their output is dropped).
+
+Per layer (:meth:`TorchAttention.attend`) K/V are gathered into ``[B, Hkv, C, D]`` and
+``softmax(q k^T * scale + mask) v`` runs as one ``scaled_dot_product_attention`` with GQA.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from echo_server.model.attention import NULL_SLOT, AttentionBatch
+
+
+@dataclass(frozen=True, slots=True)
+class DensePlan:
+    """Dense per-request layout of one forward (module docstring)."""
+
+    kv_index: Tensor  # [B, C] int64 pool slot per context column
+    mask: Tensor | None  # [B, 1, W, C] bool; None when every row sees every column
+    row_req: Tensor | None  # [R] int64 request of each packed row; None when rows are uniform
+    row_local: Tensor | None  # [R] int64 request-local row index
+    batch_size: int
+    max_rows: int
+
+
+class TorchAttention:
+    """Plain torch implementation of :class:`~echo_server.model.attention.AttentionBackend`."""
+
+    def plan(self, batch: AttentionBatch) -> DensePlan:
+        dev = batch.cu_rows.device
+        b, w, c = batch.batch_size, batch.max_rows, batch.max_context
+        rows = batch.cu_rows[1:] - batch.cu_rows[:-1]  # [B]
+        col = torch.arange(c, device=dev)  # [C]
+        rel = col[None, :] - batch.cache_len[:, None]  # [B, C] index among the new rows
+        in_prefix = rel < 0
+        in_new = (rel >= 0) & (rel < rows[:, None])
+        table = batch.slot_table[
+            batch.req_rows[:, None], col.clamp(max=batch.slot_table.shape[1] - 1)
+        ]
+        new_row = (batch.cu_rows[:-1, None] + rel).clamp(0, max(batch.num_rows - 1, 0))
+        new_slot = batch.write_slots[new_row] if batch.num_rows else torch.zeros_like(table)
+        kv_index = torch.where(in_prefix, table, torch.where(in_new, new_slot, NULL_SLOT))
+
+        uniform = all(r == w for r in batch.rows_host)
+        row_req = row_local = None
+        if not uniform:
+            row_req = torch.repeat_interleave(torch.arange(b, device=dev), rows)
+            row_local = torch.arange(batch.num_rows, device=dev) - batch.cu_rows[:-1][row_req]
+
+        full_context = len(set(batch.cache_len_host)) <= 1
+        if batch.new_mask is None and w == 1 and uniform and full_context:
+            return DensePlan(kv_index, None, row_req, row_local, b, w)  # decode: all visible
+        r_idx = torch.arange(w, device=dev)
+        if batch.new_mask is None:
+            visible = rel[:, None, :] <= r_idx[None, :, None]  # [B, W, C] causal
+        else:
+            local_mask = torch.zeros(b, w, w, dtype=torch.bool, device=dev)
+            if uniform:
+                local_mask = batch.new_mask.view(b, w, w)
+            else:
+                local_mask[row_req, row_local] = batch.new_mask
+            gather_at = rel.clamp(0, max(w - 1, 0))[:, None, :].expand(b, w, c)
+            visible = torch.gather(local_mask, 2, gather_at)
+        mask = in_prefix[:, None, :] | (in_new[:, None, :] & visible)
+        pad_row = r_idx[None, :] >= rows[:, None]  # [B, W]
+        mask = torch.where(pad_row[:, :, None], col[None, None, :] == 0, mask)
+        return DensePlan(kv_index, mask.unsqueeze(1), row_req, row_local, b, w)
+
+    def attend(
+        self,
+        plan: DensePlan,
+        q: Tensor,  # [R, H, D]
+        k_new: Tensor,  # [R, Hkv, D] (unused: read back from the pool)
+        v_new: Tensor,  # [R, Hkv, D] (unused)
+        k_cache: Tensor,  # [S, Hkv, D]
+        v_cache: Tensor,  # [S, Hkv, D]
+        scale: float,
+    ) -> Tensor:
+        b, w = plan.batch_size, plan.max_rows
+        heads, dim = q.shape[1], q.shape[2]
+        if plan.row_req is None:
+            q_dense = q.view(b, w, heads, dim)
+        else:
+            q_dense = q.new_zeros(b, w, heads, dim)
+            q_dense[plan.row_req, plan.row_local] = q
+        k = k_cache[plan.kv_index].transpose(1, 2)  # [B, Hkv, C, D]
+        v = v_cache[plan.kv_index].transpose(1, 2)
+        out = F.scaled_dot_product_attention(
+            q_dense.transpose(1, 2), k, v, attn_mask=plan.mask, scale=scale, enable_gqa=True
+        )  # [B, H, W, D]
+        out = out.transpose(1, 2)  # [B, W, H, D]
+        if plan.row_req is None:
+            return out.reshape(b * w, heads, dim)
+        return out[plan.row_req, plan.row_local]

@@ -1,0 +1,140 @@
+"""Attention backends vs a brute-force per-row reference (random pool, ragged batches, trees)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+from echo_core.tree import make_tree
+from echo_core.verify_rows import verify_offsets
+from echo_server.model.attention import (
+    AttentionBackend,
+    AttentionBatch,
+    make_batch,
+    ragged_positions,
+    tree_row_mask,
+)
+from echo_server.model.kernels_attention import KernelsAttention
+from echo_server.model.torch_attention import TorchAttention
+
+HEADS, KV_HEADS, DIM, SLOTS = 4, 2, 8, 64
+SCALE = DIM**-0.5
+
+
+def brute_force(
+    batch: AttentionBatch, q: Tensor, k_pool: Tensor, v_pool: Tensor, scale: float
+) -> Tensor:
+    """Row by row in float64: keys = cached prefix + visible new rows (module contract)."""
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    group = HEADS // KV_HEADS
+    for b in range(batch.batch_size):
+        lo, n = int(batch.cu_rows[b]), batch.rows_host[b]
+        cached = batch.slot_table[int(batch.req_rows[b]), : batch.cache_len_host[b]].tolist()
+        for r in range(n):
+            if batch.new_mask is None:
+                visible = list(range(r + 1))
+            else:
+                visible = [j for j in range(n) if bool(batch.new_mask[lo + r, j])]
+            slots = cached + [int(batch.write_slots[lo + j]) for j in visible]
+            k, v = k_pool[slots].double(), v_pool[slots].double()  # [C, Hkv, D]
+            for h in range(HEADS):
+                w = torch.softmax(k[:, h // group] @ q[lo + r, h].double() * scale, 0)
+                out[lo + r, h] = w @ v[:, h // group]
+    return out
+
+
+def random_batch(
+    cache_lens: list[int], rows: list[int], new_mask: Tensor | None = None, seed: int = 0
+) -> tuple[AttentionBatch, Tensor, Tensor, Tensor]:
+    """A pool with random K/V, each request's prefix on scattered slots, new rows written."""
+    gen = torch.Generator().manual_seed(seed)
+    k_pool = torch.randn(SLOTS, KV_HEADS, DIM, generator=gen)
+    v_pool = torch.randn(SLOTS, KV_HEADS, DIM, generator=gen)
+    perm = torch.randperm(SLOTS - 1, generator=gen) + 1  # slot 0 is the null slot
+    table = torch.zeros(len(rows) + 2, 32, dtype=torch.int64)
+    req_rows = [len(rows) + 1 - b for b in range(len(rows))]  # not the identity on purpose
+    used = 0
+    for b, c in enumerate(cache_lens):
+        table[req_rows[b], :c] = perm[used : used + c]
+        used += c
+    write = perm[used : used + sum(rows)].clone()
+    batch = make_batch(table, req_rows, cache_lens, rows, write, new_mask)
+    q = torch.randn(sum(rows), HEADS, DIM, generator=gen)
+    return batch, q, k_pool, v_pool
+
+
+def run(
+    backend: AttentionBackend[Any], batch: AttentionBatch, q: Tensor, kp: Tensor, vp: Tensor
+) -> Tensor:
+    plan = backend.plan(batch)
+    k_new, v_new = kp[batch.write_slots], vp[batch.write_slots]
+    return backend.attend(plan, q, k_new, v_new, kp, vp, SCALE)
+
+
+BACKENDS: list[AttentionBackend[Any]] = [TorchAttention(), KernelsAttention(backend="torch")]
+CASES = {
+    "decode_equal_context": ([5, 5, 5], [1, 1, 1]),
+    "decode_ragged_context": ([3, 9, 0], [1, 1, 1]),
+    "prefill_ragged": ([0, 0, 0], [4, 1, 7]),
+    "chunked_prefill": ([6, 2], [3, 5]),
+    "zero_row_request": ([4, 7, 2], [2, 0, 3]),
+    "single": ([11], [1]),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=["torch", "echo_kernels"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_causal_rows_match_brute_force(backend: AttentionBackend[Any], case: str) -> None:
+    cache_lens, rows = CASES[case]
+    batch, q, kp, vp = random_batch(cache_lens, rows)
+    got = run(backend, batch, q, kp, vp)
+    torch.testing.assert_close(
+        got.double(), brute_force(batch, q, kp, vp, SCALE), atol=1e-5, rtol=0
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=["torch", "echo_kernels"])
+def test_tree_rows_match_brute_force(backend: AttentionBackend[Any]) -> None:
+    tree = make_tree(
+        [
+            [(5, -1, -0.1), (6, -1, -0.2), (7, 0, -0.3), (8, 2, -0.1), (9, 1, -0.5)],
+            [],
+            [(1, -1, -0.1), (2, 0, -0.1)],
+        ]
+    )
+    rows = (verify_offsets(tree)[1:] - verify_offsets(tree)[:-1]).tolist()
+    batch, q, kp, vp = random_batch([4, 6, 0], rows, tree_row_mask(tree), seed=3)
+    got = run(backend, batch, q, kp, vp)
+    torch.testing.assert_close(
+        got.double(), brute_force(batch, q, kp, vp, SCALE), atol=1e-5, rtol=0
+    )
+
+
+def test_tree_row_mask_worked_example() -> None:
+    tree = make_tree([[(5, -1, -0.1), (6, 0, -0.1)], [(7, -1, -0.1)]])
+    expected = [[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]]
+    assert tree_row_mask(tree).int().tolist() == expected
+
+
+def test_ragged_positions_continue_each_cache() -> None:
+    batch, *_ = random_batch([3, 0, 5], [2, 3, 1])
+    assert ragged_positions(batch).tolist() == [3, 4, 0, 1, 2, 5]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"rows": [1, 2], "cache_lens": [0]}, "differ in length"),
+        ({"rows": [40], "cache_lens": [0]}, "slot table width"),
+        ({"rows": [-1], "cache_lens": [0]}, ">= 0"),
+    ],
+)
+def test_make_batch_rejects_bad_input(kwargs: dict[str, list[int]], message: str) -> None:
+    table = torch.zeros(2, 32, dtype=torch.int64)
+    rows, cache = kwargs["rows"], kwargs["cache_lens"]
+    write = torch.zeros(max(sum(rows), 0), dtype=torch.int64)
+    with pytest.raises(ValueError, match=message):
+        make_batch(table, [0] * len(cache), cache, rows, write)
