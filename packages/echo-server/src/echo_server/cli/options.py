@@ -16,6 +16,7 @@ from echo_scheduler.policies import make_policy
 from echo_server.drafting import NgramDrafter
 from echo_server.drafting.base import Drafter
 from echo_server.engine import Engine, EngineConfig
+from echo_server.model.kernels_attention import KernelsAttention
 from echo_server.model.loader import LoadedModel, load_model
 
 log = structlog.get_logger(__name__)
@@ -49,6 +50,14 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--kv-slots", type=int, default=16384, help="KV pool size in tokens")
     g.add_argument("--gate", type=Path, default=None, help="calibrated GatePolicy JSON")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    g.add_argument(
+        "--attention",
+        choices=("auto", "torch", "kernels"),
+        default="auto",
+        help="attention backend: echo-kernels' ragged tree attention (Triton on CUDA) or one "
+        "masked SDPA call (fastest on CPU); auto picks kernels on CUDA, torch on CPU",
+    )
     g.add_argument(
         "--low-concurrency",
         action="store_true",
@@ -100,7 +109,12 @@ def build_drafter(args: argparse.Namespace) -> Drafter:
 def load(args: argparse.Namespace) -> LoadedModel:
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_model(args.model, dtype=DTYPES[args.dtype])
+    device = torch.device(args.device)
+    use_kernels = args.attention == "kernels" or (
+        args.attention == "auto" and device.type == "cuda"
+    )
+    attention = KernelsAttention() if use_kernels else None
+    return load_model(args.model, dtype=DTYPES[args.dtype], device=device, attention=attention)
 
 
 def build_engine(loaded: LoadedModel, cli_policy: str, args: argparse.Namespace) -> Engine:
