@@ -32,7 +32,7 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	@for p in $(PACKAGES); do \
 	  echo "mypy --strict packages/$$p"; \
-	  (cd packages/$$p && ../../$(VENV)/bin/mypy --strict --config-file ../../pyproject.toml src tests) || exit 1; \
+	  (cd packages/$$p && ../../$(VENV)/bin/mypy --strict --config-file ../../pyproject.toml --cache-dir ../../.mypy_cache src tests) || exit 1; \
 	done
 
 proto: $(STAMP)
