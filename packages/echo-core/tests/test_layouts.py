@@ -118,7 +118,8 @@ def test_sglang_layout_round_trip_and_pointers(args: tuple[int, int, int]) -> No
             depth = 0 if j == 0 else int(req.depth[j - 1])
             assert int(layout.positions[b * t + j]) == int(cache[b]) + depth
         for j in range(n + 1, t):  # padding: isolated, never reachable
-            assert int(layout.retrive_index[b, j]) == -1
+            assert int(layout.retrive_index[b, j]) == b * t + j
+            assert int(layout.retrive_next_token[b, j]) == -1
             assert {c for c in range(t) if bool(layout.tree_mask[b, j, c])} == {j}
     back, back_roots = from_sglang(layout)
     assert torch.equal(back.cu_nodes, tree.cu_nodes)

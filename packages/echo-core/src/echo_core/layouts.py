@@ -158,7 +158,7 @@ class SGLangVerifyLayout:
 
     draft_token: Tensor  # [B * T] int64, root first per request
     positions: Tensor  # [B * T] int64
-    retrive_index: Tensor  # [B, T] int64, flat row b * T + j, -1 for padding
+    retrive_index: Tensor  # [B, T] int64, flat row b * T + j (padding slots too, as SGLang)
     retrive_next_token: Tensor  # [B, T] int64, first child (local), -1 if none
     retrive_next_sibling: Tensor  # [B, T] int64, next sibling (local), -1 if none
     tree_mask: Tensor  # [B, T, T] bool, ancestor-or-self incl. root column
@@ -191,8 +191,7 @@ def to_sglang(
     pos.view(b_size, t)[:] = cache_len.to(torch.int64).unsqueeze(1)
     pos[slot] += tree.depth
     real = torch.arange(t, device=dev).unsqueeze(0) <= counts.unsqueeze(1)  # [B, T]
-    index = torch.arange(b_size * t, device=dev).view(b_size, t)
-    index = torch.where(real, index, torch.full_like(index, NO_INDEX))
+    index = torch.arange(b_size * t, device=dev).view(b_size, t)  # SGLang fills every slot
     next_token = torch.full((b_size, t), NO_INDEX, dtype=torch.int64, device=dev)
     next_sibling = torch.full((b_size, t), NO_INDEX, dtype=torch.int64, device=dev)
     # Walk nodes in reverse so the earliest child ends up as first child, siblings in order.
