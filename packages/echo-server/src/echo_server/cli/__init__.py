@@ -7,13 +7,16 @@ import sys
 from collections.abc import Sequence
 
 from echo_core.errors import EchoError
-from echo_server.cli import demo, generate, policies
+from echo_server.cli import bench, controller, demo, generate, policies, serve
 from echo_server.logs import LEVELS, configure_logging
 
 COMMANDS = {
     "generate": generate,
     "policies": policies,
     "demo": demo,
+    "serve": serve,
+    "controller": controller,
+    "bench": bench,
 }
 
 

@@ -103,6 +103,7 @@ class Engine:
             else BudgetPolicy(fixed=self.config.budget)
         )
         self._reserved = 0  # KV slots promised to running requests (worst case)
+        self._budget_override: int | None = None  # a controller lease (set_budget_override)
 
     # -- client side -------------------------------------------------------------------------
 
@@ -138,6 +139,21 @@ class Engine:
         self._finish(state, FinishReason.CANCELLED)
         return StepEvent(request_id, (), "", FinishReason.CANCELLED)
 
+    def set_budget_override(self, k: int | None) -> None:
+        """Cap K at ``k`` (a budget lease) from the next step on; None restores the local policy.
+
+        The lease never lifts K above the local budget: the KV slack of admitted requests was
+        sized for it, and past the local knee extra tokens cost more than they earn.
+        """
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ValueError(f"budget override must be an int >= 0 or None, got {k!r}")
+        self._budget_override = k
+
+    def budget_k(self, batch_size: int) -> int:
+        """K for a step over ``batch_size`` requests: the local budget, capped by a lease."""
+        local = self.budget.budget(batch_size)
+        return local if self._budget_override is None else min(local, self._budget_override)
+
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
@@ -169,7 +185,7 @@ class Engine:
         # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
         caps = torch.tensor([max(s.remaining - 1, 0) for s in batch], dtype=torch.int64)
         greedy = torch.tensor([s.params.is_greedy for s in batch], dtype=torch.bool)
-        step = StepBatch(len(batch), self.budget.budget(len(batch)), caps, greedy)
+        step = StepBatch(len(batch), self.budget_k(len(batch)), caps, greedy)
         drafted = draft_and_select(self.policy, self.drafter, step, self.config.max_depth)
         tree = drafted.tree
         timer.mark("draft")

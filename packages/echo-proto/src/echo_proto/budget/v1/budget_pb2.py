@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!echo_proto/budget/v1/budget.proto\x12\x14\x65\x63ho_proto.budget.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n\x08Hardware\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65vice_count\x18\x02 \x01(\r\x12\x1b\n\x13\x64\x65vice_memory_bytes\x18\x03 \x01(\x04\",\n\tModelPair\x12\x0e\n\x06target\x18\x01 \x01(\t\x12\x0f\n\x07\x64rafter\x18\x02 \x01(\t\";\n\x0fVerifyCostPoint\x12\x14\n\x0ctotal_tokens\x18\x01 \x01(\r\x12\x12\n\nlatency_ms\x18\x02 \x01(\x01\"\xe2\x01\n\x13RegisterNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x30\n\x08hardware\x18\x02 \x01(\x0b\x32\x1e.echo_proto.budget.v1.Hardware\x12/\n\x06models\x18\x03 \x01(\x0b\x32\x1f.echo_proto.budget.v1.ModelPair\x12:\n\x0bverify_cost\x18\x04 \x03(\x0b\x32%.echo_proto.budget.v1.VerifyCostPoint\x12\x0c\n\x04pool\x18\x05 \x01(\t\x12\r\n\x05k_max\x18\x06 \x01(\r\"^\n\x14RegisterNodeResponse\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.echo_proto.budget.v1.Lease\x12\x1a\n\x12report_interval_ms\x18\x02 \x01(\r\"(\n\x04Load\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\"B\n\x0fMarginalUtility\x12\x13\n\x0b\x62udget_step\x18\x01 \x01(\r\x12\x1a\n\x12\x61\x63\x63\x65pted_per_token\x18\x02 \x03(\x01\"\x8f\x01\n\x0f\x41\x63\x63\x65ptanceStats\x12\x11\n\twindow_ms\x18\x01 \x01(\r\x12\r\n\x05steps\x18\x02 \x01(\x04\x12\x1d\n\x15\x64raft_tokens_verified\x18\x03 \x01(\x04\x12\x1d\n\x15\x64raft_tokens_accepted\x18\x04 \x01(\x04\x12\x1c\n\x14mean_accepted_length\x18\x05 \x01(\x01\"\x81\x02\n\rReportRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12(\n\x04load\x18\x02 \x01(\x0b\x32\x1a.echo_proto.budget.v1.Load\x12\x36\n\x07utility\x18\x03 \x01(\x0b\x32%.echo_proto.budget.v1.MarginalUtility\x12\x39\n\nacceptance\x18\x04 \x01(\x0b\x32%.echo_proto.budget.v1.AcceptanceStats\x12\x13\n\x0blease_epoch\x18\x05 \x01(\x04\x12\x16\n\x0ewarmup_records\x18\x06 \x01(\x0c\x12\x15\n\rwarmup_format\x18\x07 \x01(\t\"\x10\n\x0eReportResponse\"%\n\x12WatchPolicyRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"\x95\x01\n\x05Lease\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08\x62udget_k\x18\x02 \x01(\r\x12\x1b\n\x13gate_policy_version\x18\x03 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\r\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12-\n\tissued_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\x13WatchPolicyResponse\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.echo_proto.budget.v1.Lease\"$\n\x11\x44\x65registerRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"\x14\n\x12\x44\x65registerResponse2\x95\x03\n\x10\x42udgetController\x12\x65\n\x0cRegisterNode\x12).echo_proto.budget.v1.RegisterNodeRequest\x1a*.echo_proto.budget.v1.RegisterNodeResponse\x12S\n\x06Report\x12#.echo_proto.budget.v1.ReportRequest\x1a$.echo_proto.budget.v1.ReportResponse\x12\x64\n\x0bWatchPolicy\x12(.echo_proto.budget.v1.WatchPolicyRequest\x1a).echo_proto.budget.v1.WatchPolicyResponse0\x01\x12_\n\nDeregister\x12\'.echo_proto.budget.v1.DeregisterRequest\x1a(.echo_proto.budget.v1.DeregisterResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!echo_proto/budget/v1/budget.proto\x12\x14\x65\x63ho_proto.budget.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"R\n\x08Hardware\x12\x13\n\x0b\x61\x63\x63\x65lerator\x18\x01 \x01(\t\x12\x14\n\x0c\x64\x65vice_count\x18\x02 \x01(\r\x12\x1b\n\x13\x64\x65vice_memory_bytes\x18\x03 \x01(\x04\",\n\tModelPair\x12\x0e\n\x06target\x18\x01 \x01(\t\x12\x0f\n\x07\x64rafter\x18\x02 \x01(\t\";\n\x0fVerifyCostPoint\x12\x14\n\x0ctotal_tokens\x18\x01 \x01(\r\x12\x12\n\nlatency_ms\x18\x02 \x01(\x01\"\xe2\x01\n\x13RegisterNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x30\n\x08hardware\x18\x02 \x01(\x0b\x32\x1e.echo_proto.budget.v1.Hardware\x12/\n\x06models\x18\x03 \x01(\x0b\x32\x1f.echo_proto.budget.v1.ModelPair\x12:\n\x0bverify_cost\x18\x04 \x03(\x0b\x32%.echo_proto.budget.v1.VerifyCostPoint\x12\x0c\n\x04pool\x18\x05 \x01(\t\x12\r\n\x05k_max\x18\x06 \x01(\r\"z\n\x14RegisterNodeResponse\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.echo_proto.budget.v1.Lease\x12\x1a\n\x12report_interval_ms\x18\x02 \x01(\r\x12\x1a\n\x12registration_epoch\x18\x03 \x01(\x04\"(\n\x04Load\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\"B\n\x0fMarginalUtility\x12\x13\n\x0b\x62udget_step\x18\x01 \x01(\r\x12\x1a\n\x12\x61\x63\x63\x65pted_per_token\x18\x02 \x03(\x01\"\x8f\x01\n\x0f\x41\x63\x63\x65ptanceStats\x12\x11\n\twindow_ms\x18\x01 \x01(\r\x12\r\n\x05steps\x18\x02 \x01(\x04\x12\x1d\n\x15\x64raft_tokens_verified\x18\x03 \x01(\x04\x12\x1d\n\x15\x64raft_tokens_accepted\x18\x04 \x01(\x04\x12\x1c\n\x14mean_accepted_length\x18\x05 \x01(\x01\"\xe8\x02\n\rReportRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12(\n\x04load\x18\x02 \x01(\x0b\x32\x1a.echo_proto.budget.v1.Load\x12\x36\n\x07utility\x18\x03 \x01(\x0b\x32%.echo_proto.budget.v1.MarginalUtility\x12\x39\n\nacceptance\x18\x04 \x01(\x0b\x32%.echo_proto.budget.v1.AcceptanceStats\x12\x13\n\x0blease_epoch\x18\x05 \x01(\x04\x12\x16\n\x0ewarmup_records\x18\x06 \x01(\x0c\x12\x15\n\rwarmup_format\x18\x07 \x01(\t\x12\x1a\n\x12registration_epoch\x18\x08 \x01(\x04\x12\x16\n\x0e\x64rift_detected\x18\t \x01(\x08\x12\x14\n\x0c\x64rift_reason\x18\n \x01(\t\x12\x1b\n\x13gate_policy_version\x18\x0b \x01(\t\"\x10\n\x0eReportResponse\"A\n\x12WatchPolicyRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1a\n\x12registration_epoch\x18\x02 \x01(\x04\"\x95\x01\n\x05Lease\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x10\n\x08\x62udget_k\x18\x02 \x01(\r\x12\x1b\n\x13gate_policy_version\x18\x03 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x04 \x01(\r\x12\r\n\x05\x65poch\x18\x05 \x01(\x04\x12-\n\tissued_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x80\x01\n\x13WatchPolicyResponse\x12*\n\x05lease\x18\x01 \x01(\x0b\x32\x1b.echo_proto.budget.v1.Lease\x12=\n\x0bgate_policy\x18\x02 \x01(\x0b\x32(.echo_proto.budget.v1.GatePolicyArtifact\"3\n\x12GatePolicyArtifact\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0c\n\x04json\x18\x02 \x01(\t\"@\n\x11\x44\x65registerRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1a\n\x12registration_epoch\x18\x02 \x01(\x04\"\x14\n\x12\x44\x65registerResponse2\x95\x03\n\x10\x42udgetController\x12\x65\n\x0cRegisterNode\x12).echo_proto.budget.v1.RegisterNodeRequest\x1a*.echo_proto.budget.v1.RegisterNodeResponse\x12S\n\x06Report\x12#.echo_proto.budget.v1.ReportRequest\x1a$.echo_proto.budget.v1.ReportResponse\x12\x64\n\x0bWatchPolicy\x12(.echo_proto.budget.v1.WatchPolicyRequest\x1a).echo_proto.budget.v1.WatchPolicyResponse0\x01\x12_\n\nDeregister\x12\'.echo_proto.budget.v1.DeregisterRequest\x1a(.echo_proto.budget.v1.DeregisterResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,27 +41,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGISTERNODEREQUEST']._serialized_start=284
   _globals['_REGISTERNODEREQUEST']._serialized_end=510
   _globals['_REGISTERNODERESPONSE']._serialized_start=512
-  _globals['_REGISTERNODERESPONSE']._serialized_end=606
-  _globals['_LOAD']._serialized_start=608
-  _globals['_LOAD']._serialized_end=648
-  _globals['_MARGINALUTILITY']._serialized_start=650
-  _globals['_MARGINALUTILITY']._serialized_end=716
-  _globals['_ACCEPTANCESTATS']._serialized_start=719
-  _globals['_ACCEPTANCESTATS']._serialized_end=862
-  _globals['_REPORTREQUEST']._serialized_start=865
-  _globals['_REPORTREQUEST']._serialized_end=1122
-  _globals['_REPORTRESPONSE']._serialized_start=1124
-  _globals['_REPORTRESPONSE']._serialized_end=1140
-  _globals['_WATCHPOLICYREQUEST']._serialized_start=1142
-  _globals['_WATCHPOLICYREQUEST']._serialized_end=1179
-  _globals['_LEASE']._serialized_start=1182
-  _globals['_LEASE']._serialized_end=1331
-  _globals['_WATCHPOLICYRESPONSE']._serialized_start=1333
-  _globals['_WATCHPOLICYRESPONSE']._serialized_end=1398
-  _globals['_DEREGISTERREQUEST']._serialized_start=1400
-  _globals['_DEREGISTERREQUEST']._serialized_end=1436
-  _globals['_DEREGISTERRESPONSE']._serialized_start=1438
-  _globals['_DEREGISTERRESPONSE']._serialized_end=1458
-  _globals['_BUDGETCONTROLLER']._serialized_start=1461
-  _globals['_BUDGETCONTROLLER']._serialized_end=1866
+  _globals['_REGISTERNODERESPONSE']._serialized_end=634
+  _globals['_LOAD']._serialized_start=636
+  _globals['_LOAD']._serialized_end=676
+  _globals['_MARGINALUTILITY']._serialized_start=678
+  _globals['_MARGINALUTILITY']._serialized_end=744
+  _globals['_ACCEPTANCESTATS']._serialized_start=747
+  _globals['_ACCEPTANCESTATS']._serialized_end=890
+  _globals['_REPORTREQUEST']._serialized_start=893
+  _globals['_REPORTREQUEST']._serialized_end=1253
+  _globals['_REPORTRESPONSE']._serialized_start=1255
+  _globals['_REPORTRESPONSE']._serialized_end=1271
+  _globals['_WATCHPOLICYREQUEST']._serialized_start=1273
+  _globals['_WATCHPOLICYREQUEST']._serialized_end=1338
+  _globals['_LEASE']._serialized_start=1341
+  _globals['_LEASE']._serialized_end=1490
+  _globals['_WATCHPOLICYRESPONSE']._serialized_start=1493
+  _globals['_WATCHPOLICYRESPONSE']._serialized_end=1621
+  _globals['_GATEPOLICYARTIFACT']._serialized_start=1623
+  _globals['_GATEPOLICYARTIFACT']._serialized_end=1674
+  _globals['_DEREGISTERREQUEST']._serialized_start=1676
+  _globals['_DEREGISTERREQUEST']._serialized_end=1740
+  _globals['_DEREGISTERRESPONSE']._serialized_start=1742
+  _globals['_DEREGISTERRESPONSE']._serialized_end=1762
+  _globals['_BUDGETCONTROLLER']._serialized_start=1765
+  _globals['_BUDGETCONTROLLER']._serialized_end=2170
 # @@protoc_insertion_point(module_scope)

@@ -135,7 +135,7 @@ class RegisterNodeRequest(_message.Message):
     @_builtins.property
     def verify_cost(self) -> _containers.RepeatedCompositeFieldContainer[Global___VerifyCostPoint]:
         """Verify latency against total tokens, sorted by total_tokens ascending,
-        at least two points.
+        at least two points when given; empty = not measured (a fixed budget).
         """
 
     def __init__(
@@ -162,8 +162,14 @@ class RegisterNodeResponse(_message.Message):
 
     LEASE_FIELD_NUMBER: _builtins.int
     REPORT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    REGISTRATION_EPOCH_FIELD_NUMBER: _builtins.int
     report_interval_ms: _builtins.int
     """How often the controller wants a Report, in milliseconds, > 0."""
+    registration_epoch: _builtins.int
+    """Identifies this registration. Report, WatchPolicy and Deregister carry it;
+    calls that carry an older registration of the same node_id (a replaced or
+    restarted node) are refused with FAILED_PRECONDITION.
+    """
     @_builtins.property
     def lease(self) -> Global___Lease:
         """The first lease for the node."""
@@ -173,10 +179,11 @@ class RegisterNodeResponse(_message.Message):
         *,
         lease: Global___Lease | None = ...,
         report_interval_ms: _builtins.int = ...,
+        registration_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "report_interval_ms", b"report_interval_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "registration_epoch", b"registration_epoch", "report_interval_ms", b"report_interval_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -287,6 +294,10 @@ class ReportRequest(_message.Message):
     LEASE_EPOCH_FIELD_NUMBER: _builtins.int
     WARMUP_RECORDS_FIELD_NUMBER: _builtins.int
     WARMUP_FORMAT_FIELD_NUMBER: _builtins.int
+    REGISTRATION_EPOCH_FIELD_NUMBER: _builtins.int
+    DRIFT_DETECTED_FIELD_NUMBER: _builtins.int
+    DRIFT_REASON_FIELD_NUMBER: _builtins.int
+    GATE_POLICY_VERSION_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """The id the node registered with."""
     lease_epoch: _builtins.int
@@ -297,6 +308,16 @@ class ReportRequest(_message.Message):
     """
     warmup_format: _builtins.str
     """Format of warmup_records, e.g. "echo-gating/warmup-v1"; empty iff they are."""
+    registration_epoch: _builtins.int
+    """RegisterNodeResponse.registration_epoch of the node's registration."""
+    drift_detected: _builtins.bool
+    """The node's drift monitor advises recalibrating its gates; the controller
+    then recalibrates from the pooled warm-up records of the node's model pair.
+    """
+    drift_reason: _builtins.str
+    """Why (the monitor's reason string); empty unless drift_detected."""
+    gate_policy_version: _builtins.str
+    """Version of the GatePolicy the node gates with now."""
     @_builtins.property
     def load(self) -> Global___Load: ...
     @_builtins.property
@@ -313,10 +334,14 @@ class ReportRequest(_message.Message):
         lease_epoch: _builtins.int = ...,
         warmup_records: _builtins.bytes = ...,
         warmup_format: _builtins.str = ...,
+        registration_epoch: _builtins.int = ...,
+        drift_detected: _builtins.bool = ...,
+        drift_reason: _builtins.str = ...,
+        gate_policy_version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["acceptance", b"acceptance", "load", b"load", "utility", b"utility"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acceptance", b"acceptance", "lease_epoch", b"lease_epoch", "load", b"load", "node_id", b"node_id", "utility", b"utility", "warmup_format", b"warmup_format", "warmup_records", b"warmup_records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acceptance", b"acceptance", "drift_detected", b"drift_detected", "drift_reason", b"drift_reason", "gate_policy_version", b"gate_policy_version", "lease_epoch", b"lease_epoch", "load", b"load", "node_id", b"node_id", "registration_epoch", b"registration_epoch", "utility", b"utility", "warmup_format", b"warmup_format", "warmup_records", b"warmup_records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -344,16 +369,20 @@ class WatchPolicyRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_ID_FIELD_NUMBER: _builtins.int
+    REGISTRATION_EPOCH_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """The id the node registered with."""
+    registration_epoch: _builtins.int
+    """RegisterNodeResponse.registration_epoch of the node's registration."""
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
+        registration_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "registration_epoch", b"registration_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -380,6 +409,8 @@ class Lease(_message.Message):
     ttl_ms: _builtins.int
     """Lifetime in milliseconds, > 0, counted from when the node receives the
     lease (its own monotonic clock), so clock skew never stretches a lease.
+    The controller keeps the budget reserved for ttl_ms plus a delivery slack
+    after issuing, so leases of silent nodes expire before it is reused.
     """
     epoch: _builtins.int
     """Increases with every lease issued to the node; a node ignores a lease
@@ -412,36 +443,76 @@ class WatchPolicyResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     LEASE_FIELD_NUMBER: _builtins.int
+    GATE_POLICY_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def lease(self) -> Global___Lease: ...
+    @_builtins.property
+    def gate_policy(self) -> Global___GatePolicyArtifact:
+        """The policy that lease.gate_policy_version names, sent the first time a
+        stream names that version (unset afterwards and when the version is empty).
+        """
+
     def __init__(
         self,
         *,
         lease: Global___Lease | None = ...,
+        gate_policy: Global___GatePolicyArtifact | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gate_policy", b"gate_policy", "lease", b"lease"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gate_policy", b"gate_policy", "lease", b"lease"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchPolicyResponse: _TypeAlias = WatchPolicyResponse  # noqa: Y015
 
 @_typing.final
+class GatePolicyArtifact(_message.Message):
+    """A calibrated gating policy as the controller distributes it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    JSON_FIELD_NUMBER: _builtins.int
+    version: _builtins.str
+    """The policy's version (equals the version inside the JSON)."""
+    json: _builtins.str
+    """The policy as echo-gating's schema-versioned JSON (GatePolicy.to_json)."""
+    def __init__(
+        self,
+        *,
+        version: _builtins.str = ...,
+        json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["json", b"json", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GatePolicyArtifact: _TypeAlias = GatePolicyArtifact  # noqa: Y015
+
+@_typing.final
 class DeregisterRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_ID_FIELD_NUMBER: _builtins.int
+    REGISTRATION_EPOCH_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """The id the node registered with."""
+    registration_epoch: _builtins.int
+    """RegisterNodeResponse.registration_epoch; a stale one leaves the current
+    registration in place (and still succeeds).
+    """
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
+        registration_epoch: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "registration_epoch", b"registration_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -75,8 +75,12 @@ class BudgetControllerServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Report(self, request, context):
-        """A periodic load and utility report. NOT_FOUND when the controller does
-        not know the node (e.g. it restarted): the node registers again.
+        """A periodic load and utility report; it also renews the node's lease and
+        acknowledges the lease epoch the node applies. NOT_FOUND when the
+        controller does not know the node (e.g. it restarted or the node's lease
+        expired), FAILED_PRECONDITION for a replaced registration: the node
+        registers again. Every RPC needs the bearer token when the controller has
+        one (UNAUTHENTICATED otherwise).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

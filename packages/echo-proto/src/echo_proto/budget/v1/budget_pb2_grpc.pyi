@@ -45,8 +45,12 @@ class BudgetControllerStub:
     RegisterNode: _grpc.UnaryUnaryMultiCallable[_budget_pb2.RegisterNodeRequest, _budget_pb2.RegisterNodeResponse]
     """Adds a node, or replaces the registration of the same node_id."""
     Report: _grpc.UnaryUnaryMultiCallable[_budget_pb2.ReportRequest, _budget_pb2.ReportResponse]
-    """A periodic load and utility report. NOT_FOUND when the controller does
-    not know the node (e.g. it restarted): the node registers again.
+    """A periodic load and utility report; it also renews the node's lease and
+    acknowledges the lease epoch the node applies. NOT_FOUND when the
+    controller does not know the node (e.g. it restarted or the node's lease
+    expired), FAILED_PRECONDITION for a replaced registration: the node
+    registers again. Every RPC needs the bearer token when the controller has
+    one (UNAUTHENTICATED otherwise).
     """
     WatchPolicy: _grpc.UnaryStreamMultiCallable[_budget_pb2.WatchPolicyRequest, _budget_pb2.WatchPolicyResponse]
     """Streams the node's leases: the current one at once, then each new one."""
@@ -65,8 +69,12 @@ class BudgetControllerAsyncStub(BudgetControllerStub):
     RegisterNode: _aio.UnaryUnaryMultiCallable[_budget_pb2.RegisterNodeRequest, _budget_pb2.RegisterNodeResponse]  # type: ignore[assignment]
     """Adds a node, or replaces the registration of the same node_id."""
     Report: _aio.UnaryUnaryMultiCallable[_budget_pb2.ReportRequest, _budget_pb2.ReportResponse]  # type: ignore[assignment]
-    """A periodic load and utility report. NOT_FOUND when the controller does
-    not know the node (e.g. it restarted): the node registers again.
+    """A periodic load and utility report; it also renews the node's lease and
+    acknowledges the lease epoch the node applies. NOT_FOUND when the
+    controller does not know the node (e.g. it restarted or the node's lease
+    expired), FAILED_PRECONDITION for a replaced registration: the node
+    registers again. Every RPC needs the bearer token when the controller has
+    one (UNAUTHENTICATED otherwise).
     """
     WatchPolicy: _aio.UnaryStreamMultiCallable[_budget_pb2.WatchPolicyRequest, _budget_pb2.WatchPolicyResponse]  # type: ignore[assignment]
     """Streams the node's leases: the current one at once, then each new one."""
@@ -94,8 +102,12 @@ class BudgetControllerServicer(metaclass=_abc_1.ABCMeta):
         request: _budget_pb2.ReportRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_budget_pb2.ReportResponse, _abc.Awaitable[_budget_pb2.ReportResponse]]:
-        """A periodic load and utility report. NOT_FOUND when the controller does
-        not know the node (e.g. it restarted): the node registers again.
+        """A periodic load and utility report; it also renews the node's lease and
+        acknowledges the lease epoch the node applies. NOT_FOUND when the
+        controller does not know the node (e.g. it restarted or the node's lease
+        expired), FAILED_PRECONDITION for a replaced registration: the node
+        registers again. Every RPC needs the bearer token when the controller has
+        one (UNAUTHENTICATED otherwise).
         """
 
     @_abc_1.abstractmethod

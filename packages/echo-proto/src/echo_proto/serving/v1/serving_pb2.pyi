@@ -70,7 +70,7 @@ class SamplingParams(_message.Message):
     IGNORE_EOS_FIELD_NUMBER: _builtins.int
     temperature: _builtins.float
     """Softmax temperature. 0 = greedy (argmax, deterministic); otherwise > 0.
-    Must be finite and >= 0.
+    Must be finite and >= 0; values below 1e-6 are treated as 0.
     """
     top_k: _builtins.int
     """Sample only among the k most likely tokens. 0 = no top-k limit. Must be >= 0."""
@@ -437,6 +437,11 @@ class GetStatsResponse(_message.Message):
     STEPS_TOTAL_FIELD_NUMBER: _builtins.int
     OUTPUT_TOKENS_TOTAL_FIELD_NUMBER: _builtins.int
     POLICY_FIELD_NUMBER: _builtins.int
+    LEASE_BUDGET_K_FIELD_NUMBER: _builtins.int
+    LEASE_EPOCH_FIELD_NUMBER: _builtins.int
+    GATE_POLICY_VERSION_FIELD_NUMBER: _builtins.int
+    MAX_BATCH_FIELD_NUMBER: _builtins.int
+    MAX_WAITING_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     """The node's id (as registered with the budget controller, if any)."""
     running: _builtins.int
@@ -463,6 +468,18 @@ class GetStatsResponse(_message.Message):
     """Output tokens since the node started."""
     policy: _builtins.str
     """Name of the node's active budget policy."""
+    lease_budget_k: _builtins.int
+    """Budget K granted by the budget controller's live lease; 0 when the node
+    holds no live lease (then lease_epoch is 0 and budget_k is the local one).
+    """
+    lease_epoch: _builtins.int
+    """Epoch of the live lease; 0 = none (the node runs its local policy)."""
+    gate_policy_version: _builtins.str
+    """Version of the GatePolicy the node gates with now ("none" = no gating)."""
+    max_batch: _builtins.int
+    """Most requests in the running batch at once."""
+    max_waiting: _builtins.int
+    """Most requests queued beyond the running batch before RESOURCE_EXHAUSTED."""
     def __init__(
         self,
         *,
@@ -478,10 +495,15 @@ class GetStatsResponse(_message.Message):
         steps_total: _builtins.int = ...,
         output_tokens_total: _builtins.int = ...,
         policy: _builtins.str = ...,
+        lease_budget_k: _builtins.int = ...,
+        lease_epoch: _builtins.int = ...,
+        gate_policy_version: _builtins.str = ...,
+        max_batch: _builtins.int = ...,
+        max_waiting: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_k", b"budget_k", "draft_yield", b"draft_yield", "mean_accepted_length", b"mean_accepted_length", "node_id", b"node_id", "output_tokens_total", b"output_tokens_total", "policy", b"policy", "running", b"running", "steps_total", b"steps_total", "tokens_per_second", b"tokens_per_second", "verified_tokens_per_step", b"verified_tokens_per_step", "waiting", b"waiting", "window_s", b"window_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_k", b"budget_k", "draft_yield", b"draft_yield", "gate_policy_version", b"gate_policy_version", "lease_budget_k", b"lease_budget_k", "lease_epoch", b"lease_epoch", "max_batch", b"max_batch", "max_waiting", b"max_waiting", "mean_accepted_length", b"mean_accepted_length", "node_id", b"node_id", "output_tokens_total", b"output_tokens_total", "policy", b"policy", "running", b"running", "steps_total", b"steps_total", "tokens_per_second", b"tokens_per_second", "verified_tokens_per_step", b"verified_tokens_per_step", "waiting", b"waiting", "window_s", b"window_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

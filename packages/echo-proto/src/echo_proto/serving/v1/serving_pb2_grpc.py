@@ -58,9 +58,14 @@ class GenerationServiceServicer:
 
     def Generate(self, request, context):
         """Generates a whole completion and returns it in one message.
-        Errors: INVALID_ARGUMENT for a malformed request (see the field docs),
-        RESOURCE_EXHAUSTED when the prompt does not fit the node's context,
-        ALREADY_EXISTS when request_id is already in flight.
+        Errors: INVALID_ARGUMENT for a malformed request (see the field docs; the
+        message starts with the field path, e.g. "sampling.top_p: ..."),
+        RESOURCE_EXHAUSTED when the prompt does not fit the node's context, or
+        when the node's queue is full: then the trailing metadata key
+        "grpc-retry-pushback-ms" holds how long to wait before retrying,
+        ALREADY_EXISTS when request_id is already in flight, UNAVAILABLE while
+        the node shuts down. A cancelled call or an expired deadline aborts the
+        request and frees its KV cache.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -39,9 +39,14 @@ class GenerationServiceStub:
     def __new__(cls, channel: _aio.Channel) -> GenerationServiceAsyncStub: ...
     Generate: _grpc.UnaryUnaryMultiCallable[_serving_pb2.GenerateRequest, _serving_pb2.GenerateResponse]
     """Generates a whole completion and returns it in one message.
-    Errors: INVALID_ARGUMENT for a malformed request (see the field docs),
-    RESOURCE_EXHAUSTED when the prompt does not fit the node's context,
-    ALREADY_EXISTS when request_id is already in flight.
+    Errors: INVALID_ARGUMENT for a malformed request (see the field docs; the
+    message starts with the field path, e.g. "sampling.top_p: ..."),
+    RESOURCE_EXHAUSTED when the prompt does not fit the node's context, or
+    when the node's queue is full: then the trailing metadata key
+    "grpc-retry-pushback-ms" holds how long to wait before retrying,
+    ALREADY_EXISTS when request_id is already in flight, UNAVAILABLE while
+    the node shuts down. A cancelled call or an expired deadline aborts the
+    request and frees its KV cache.
     """
     GenerateStream: _grpc.UnaryStreamMultiCallable[_serving_pb2.GenerateStreamRequest, _serving_pb2.GenerateStreamResponse]
     """Streams the completion as token deltas, one message per decode step that
@@ -58,9 +63,14 @@ class GenerationServiceAsyncStub(GenerationServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Generate: _aio.UnaryUnaryMultiCallable[_serving_pb2.GenerateRequest, _serving_pb2.GenerateResponse]  # type: ignore[assignment]
     """Generates a whole completion and returns it in one message.
-    Errors: INVALID_ARGUMENT for a malformed request (see the field docs),
-    RESOURCE_EXHAUSTED when the prompt does not fit the node's context,
-    ALREADY_EXISTS when request_id is already in flight.
+    Errors: INVALID_ARGUMENT for a malformed request (see the field docs; the
+    message starts with the field path, e.g. "sampling.top_p: ..."),
+    RESOURCE_EXHAUSTED when the prompt does not fit the node's context, or
+    when the node's queue is full: then the trailing metadata key
+    "grpc-retry-pushback-ms" holds how long to wait before retrying,
+    ALREADY_EXISTS when request_id is already in flight, UNAVAILABLE while
+    the node shuts down. A cancelled call or an expired deadline aborts the
+    request and frees its KV cache.
     """
     GenerateStream: _aio.UnaryStreamMultiCallable[_serving_pb2.GenerateStreamRequest, _serving_pb2.GenerateStreamResponse]  # type: ignore[assignment]
     """Streams the completion as token deltas, one message per decode step that
@@ -80,9 +90,14 @@ class GenerationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_serving_pb2.GenerateResponse, _abc.Awaitable[_serving_pb2.GenerateResponse]]:
         """Generates a whole completion and returns it in one message.
-        Errors: INVALID_ARGUMENT for a malformed request (see the field docs),
-        RESOURCE_EXHAUSTED when the prompt does not fit the node's context,
-        ALREADY_EXISTS when request_id is already in flight.
+        Errors: INVALID_ARGUMENT for a malformed request (see the field docs; the
+        message starts with the field path, e.g. "sampling.top_p: ..."),
+        RESOURCE_EXHAUSTED when the prompt does not fit the node's context, or
+        when the node's queue is full: then the trailing metadata key
+        "grpc-retry-pushback-ms" holds how long to wait before retrying,
+        ALREADY_EXISTS when request_id is already in flight, UNAVAILABLE while
+        the node shuts down. A cancelled call or an expired deadline aborts the
+        request and frees its KV cache.
         """
 
     @_abc_1.abstractmethod

@@ -1,0 +1,121 @@
+"""``echo-sd serve``: one serving node: the generation API over gRPC, following a controller.
+
+Example (a node of pool ``dp`` that takes its budget from a controller on port 7000)::
+
+    echo-sd serve --listen 127.0.0.1:7001 --node-id n1 --pool dp \\
+        --controller 127.0.0.1:7000 --metrics-listen 127.0.0.1:9101 --budget 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+from echo_server.cli.options import POLICY_CHOICES, add_engine_options, build_engine, load
+from echo_server.engine.budget import PROFILE_TOKENS
+from echo_server.grpc.convert import RequestLimits
+from echo_server.grpc.lease import NodeIdentity
+from echo_server.grpc.node import NodeConfig, serve_node
+from echo_server.grpc.security import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ClientTls,
+    ServerTls,
+    read_token,
+)
+from echo_server.grpc.server import ServerConfig
+
+
+def add_server_options(p: argparse.ArgumentParser, default_listen: str) -> None:
+    """Listening address, TLS / mTLS, bearer token, limits, metrics and the ready file."""
+    g = p.add_argument_group("server")
+    g.add_argument("--listen", default=default_listen, help="host:port (port 0: any free one)")
+    g.add_argument("--tls-cert", type=Path, default=None, help="server certificate (PEM)")
+    g.add_argument("--tls-key", type=Path, default=None, help="server private key (PEM)")
+    g.add_argument(
+        "--tls-client-ca", type=Path, default=None, help="require client certificates (mTLS)"
+    )
+    g.add_argument(
+        "--token-file", type=Path, default=None, help="require 'authorization: Bearer <token>'"
+    )
+    g.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
+    g.add_argument("--metrics-listen", default=None, help="host:port of /metrics (Prometheus)")
+    g.add_argument("--ready-file", type=Path, default=None, help="write bound ports here (JSON)")
+
+
+def server_config(args: argparse.Namespace) -> ServerConfig:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise SystemExit("echo-sd: give both --tls-cert and --tls-key, or neither")
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        raise SystemExit("echo-sd: --tls-client-ca (mTLS) needs --tls-cert and --tls-key")
+    tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    return ServerConfig(args.listen, tls, read_token(args.token_file), args.max_message_bytes)
+
+
+async def run_until_signalled(main: Any) -> int:
+    """Run ``main(stop)`` with ``stop`` set by SIGINT / SIGTERM."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await main(stop)
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve the generation API over gRPC (one node)")
+    p.add_argument("--node-id", default=None, help="unique node id (default: host/listen)")
+    p.add_argument("--policy", choices=POLICY_CHOICES, default="echo")
+    p.add_argument("--max-waiting", type=int, default=32, help="queue beyond the batch")
+    p.add_argument("--default-max-tokens", type=int, default=128)
+    p.add_argument("--max-tokens-limit", type=int, default=2048)
+    p.add_argument("--grace-s", type=float, default=10.0, help="shutdown grace period")
+    add_server_options(p, "127.0.0.1:50051")
+    c = p.add_argument_group("budget controller")
+    c.add_argument("--controller", default=None, help="host:port of the budget controller")
+    c.add_argument("--pool", default="", help="nodes of one pool share its global budget")
+    c.add_argument("--controller-ca", type=Path, default=None, help="CA of the controller (TLS)")
+    c.add_argument("--controller-cert", type=Path, default=None, help="client cert (mTLS)")
+    c.add_argument("--controller-key", type=Path, default=None, help="client key (mTLS)")
+    c.add_argument("--controller-token-file", type=Path, default=None)
+    add_engine_options(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    loaded = load(args)
+    engine = build_engine(loaded, args.policy, args)
+    cost = engine.budget.cost
+    identity = NodeIdentity(
+        node_id=args.node_id or f"{socket.gethostname()}/{args.listen}",
+        k_max=engine.budget.budget(1),
+        pool=args.pool,
+        target=loaded.source.name,
+        drafter=engine.drafter.name,
+        verify_cost=tuple((t, cost.latency_at(t) * 1000) for t in PROFILE_TOKENS) if cost else (),
+    )
+    limits = RequestLimits(
+        vocab_size=loaded.model.config.vocab_size,
+        policy=engine.policy.name,
+        default_max_tokens=args.default_max_tokens,
+        max_tokens=args.max_tokens_limit,
+    )
+    controller_tls = (
+        ClientTls(args.controller_ca, args.controller_cert, args.controller_key)
+        if args.controller_ca
+        else None
+    )
+    config = NodeConfig(
+        server=server_config(args),
+        limits=limits,
+        max_waiting=args.max_waiting,
+        grace_s=args.grace_s,
+        metrics_listen=args.metrics_listen,
+        ready_file=args.ready_file,
+        controller=args.controller,
+        controller_tls=controller_tls,
+        controller_token=read_token(args.controller_token_file),
+    )
+    return asyncio.run(run_until_signalled(lambda stop: serve_node(engine, identity, config, stop)))
