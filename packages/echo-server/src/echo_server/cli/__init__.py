@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from echo_core.errors import EchoError
-from echo_server.cli import bench, controller, demo, generate, policies, serve
+from echo_server.cli import controller, demo, generate, policies, serve
 from echo_server.logs import LEVELS, configure_logging
 
 COMMANDS = {
@@ -16,7 +16,6 @@ COMMANDS = {
     "demo": demo,
     "serve": serve,
     "controller": controller,
-    "bench": bench,
 }
 
 
