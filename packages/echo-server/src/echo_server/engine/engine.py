@@ -288,6 +288,7 @@ class Engine:
         if state in self.running:
             self.running.remove(state)
         self.drafter.release(state.request_id)
+        self.metrics.forget(state.request_id)
         log.debug(
             "request_finished",
             request_id=state.request_id,

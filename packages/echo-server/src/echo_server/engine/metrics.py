@@ -59,7 +59,8 @@ class EngineMetrics:
     phase_seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     acceptance: StatsAccumulator = field(default_factory=StatsAccumulator)
     records: RecordWriter | None = None
-    request_ids: dict[str, int] = field(default_factory=dict)
+    request_ids: dict[str, int] = field(default_factory=dict)  # running requests only
+    _next_id: int = 0
 
     def record_step(
         self,
@@ -76,13 +77,24 @@ class EngineMetrics:
             self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + sec
         self.acceptance.add(StepStats.from_result(tree, result))
         if self.records is not None and tree.num_nodes:
-            ids = [self.request_ids.setdefault(r, len(self.request_ids)) for r in request_ids]
+            ids = [self._record_id(r) for r in request_ids]
             self.records.append_pool(
                 tree,
                 accepted_mask(tree, result),
                 torch.tensor(ids, dtype=torch.int64),
                 torch.tensor(request_steps, dtype=torch.int64),
             )
+
+    def _record_id(self, request_id: str) -> int:
+        """A stable integer id per request for warm-up records (never reused)."""
+        if request_id not in self.request_ids:
+            self.request_ids[request_id] = self._next_id
+            self._next_id += 1
+        return self.request_ids[request_id]
+
+    def forget(self, request_id: str) -> None:
+        """Drop a finished request's record id (keeps the map bounded by running requests)."""
+        self.request_ids.pop(request_id, None)
 
     @property
     def verified_per_step(self) -> float:
