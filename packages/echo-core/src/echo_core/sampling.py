@@ -90,6 +90,9 @@ def stack_sampling_params(
     temperature = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)
     top_k = torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device)
     top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device)
+    # A valid top_p below float32's range rounds to 0; the smallest normal float32 keeps the same
+    # meaning (only the top token survives).
+    top_p = top_p.clamp(min=torch.finfo(torch.float32).tiny)
     return temperature, top_k, top_p
 
 
@@ -138,7 +141,9 @@ def target_probs(
     z = logits.to(torch.float32)
     greedy = temperature == GREEDY_TEMPERATURE  # [R] bool
     safe_t = torch.where(greedy, torch.ones_like(temperature), temperature).to(torch.float32)
-    z = z / safe_t[:, None]
+    # Shift by the row max first: a tiny temperature then sends non-max logits to -inf instead of
+    # overflowing the max to +inf (inf - inf = NaN in the softmax).
+    z = (z - z.max(dim=-1, keepdim=True).values) / safe_t[:, None]
     # Stable sort: equal logits keep token-id order, so top_k = 1 agrees with argmax.
     sorted_z, order = torch.sort(z, dim=-1, descending=True, stable=True)  # [R, V]
     rank = torch.arange(vocab, device=z.device)  # [V]
