@@ -7,7 +7,15 @@ import sys
 from collections.abc import Sequence
 
 from echo_core.errors import EchoError
-from echo_server.cli import controller, demo, generate, policies, serve
+from echo_server.cli import (
+    calibrate,
+    controller,
+    demo,
+    generate,
+    policies,
+    serve,
+    train_draft,
+)
 from echo_server.logs import LEVELS, configure_logging
 
 COMMANDS = {
@@ -16,6 +24,8 @@ COMMANDS = {
     "demo": demo,
     "serve": serve,
     "controller": controller,
+    "train-draft": train_draft,
+    "calibrate": calibrate,
 }
 
 

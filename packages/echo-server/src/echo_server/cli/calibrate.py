@@ -1,0 +1,76 @@
+"""``echo-sd calibrate``: warm up the draft head, calibrate echo-gating's GatePolicy, plot.
+
+Runs greedy generation on non-benchmark prompts with ungated full-depth drafting
+(:mod:`echo_server.training.calibration`), logs every verified node, then
+``echo_gating.calibration_report`` picks checkpoint depths and thresholds. Writes the policy
+JSON (``--out``), the per-depth confidence histograms (``--png``), optionally the raw records
+(``--records``), and prints the calibration report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from echo_gating.calibrate import CalibrationConfig, calibration_report
+from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD, DEFAULT_HISTOGRAM
+from echo_server.drafting.eagle_checkpoint import load_head
+from echo_server.drafting.eagle_drafter import EagleDrafter
+from echo_server.model.loader import load_model
+from echo_server.training.calibration import (
+    calibration_prompts,
+    confidence_histograms,
+    warmup_records,
+)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("calibrate", help="warm-up records -> calibrated GatePolicy + histograms")
+    p.add_argument("--model", default=None, help="GGUF file or HF directory (default: embedded)")
+    p.add_argument("--head", type=Path, default=DEFAULT_HEAD, help="draft head (.safetensors)")
+    p.add_argument("--out", type=Path, default=DEFAULT_GATE, help="GatePolicy JSON")
+    p.add_argument("--png", type=Path, default=DEFAULT_HISTOGRAM, help="histogram PNG")
+    p.add_argument("--records", type=Path, default=None, help="also save the warm-up records")
+    p.add_argument("--prompts", type=int, default=32, help="warm-up prompts (not benchmark)")
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--max-batch", type=int, default=4)
+    p.add_argument("--max-depth", type=int, default=8)
+    p.add_argument("--cost-ratio", type=float, default=CalibrationConfig().cost_ratio)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+
+
+def run(args: argparse.Namespace) -> int:
+    torch.set_num_threads(args.threads)
+    loaded = load_model(args.model)
+    weights = loaded.model.weights
+    head = load_head(args.head, weights.embed, weights.lm_head)
+    meta = {"target": loaded.source.name, "drafter": f"eagle:{Path(args.head).name}"}
+    start = time.perf_counter()
+    records = warmup_records(
+        loaded,
+        EagleDrafter(head),
+        calibration_prompts(args.prompts, args.seed),
+        max_tokens=args.max_tokens,
+        max_batch=args.max_batch,
+        max_depth=args.max_depth,
+        meta=meta,
+    )
+    if args.records is not None:
+        records.save(args.records)
+    config = CalibrationConfig(max_depth=args.max_depth, cost_ratio=args.cost_ratio)
+    report = calibration_report(records, config)
+    report.policy.save(args.out)
+    confidence_histograms(
+        records, args.png, args.max_depth, title=f"{meta['drafter']} on {meta['target']}"
+    )
+    print(report.to_markdown())
+    print(
+        f"\n{len(records)} verified nodes in {time.perf_counter() - start:.0f} s; "
+        f"policy {report.policy.version} -> {args.out}; histograms -> {args.png}"
+    )
+    return 0

@@ -1,0 +1,198 @@
+"""The EAGLE-style draft head: one Llama decoder layer over fused (target feature, next token).
+
+For a committed row t the head reads the target's final hidden state ``f_t`` (the lm_head input)
+and the embedding of the token that follows, ``e(x_{t+1})``, and predicts the *next* feature::
+
+    x   = fc([rms(f_t) ; rms(e(x_{t+1}))])                       (2H -> H, with bias)
+    h   = x + o(attn(rope(q), rope(k), v))     q, k, v = qkv(rms(x))   (own small KV cache)
+    h'  = h + down(silu(gate(rms(h))) * up(rms(h)))
+    f^  = rms(h')                                                 predicted f_{t+1}
+    log q(y) = log_softmax(f^ W_d^T)  over the draft vocabulary    W_d = lm_head[draft_ids]
+
+Row t sits at position ``t + 1`` (the position of the token it embeds). Drafting deeper feeds
+``f^`` back as the feature of the next row. The draft vocabulary is the ``V_d`` most frequent
+target tokens (``draft_ids`` maps draft index -> target id); ``W_d`` and the embedding table are
+the target's own rows (tied SmolLM2: both are its embedding), attached at load time and never
+stored in the head's checkpoint, so the head file holds only ~4M parameters.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+HEAD_FORMAT = "echo-eagle-head/1"
+
+
+@dataclass(frozen=True, slots=True)
+class EagleHeadConfig:
+    """Shapes of a head and the target it was trained for."""
+
+    hidden_size: int  # H, the target's hidden size
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    draft_vocab_size: int  # V_d
+    target_vocab_size: int  # V of the target (draft ids must lie below it)
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 100000.0
+    target: str = ""  # the target's name, for error messages and data cards
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.num_heads % self.num_kv_heads or self.head_dim % 2:
+            raise ValueError(
+                f"need num_heads % num_kv_heads == 0 and even head_dim, got {self.num_heads}, "
+                f"{self.num_kv_heads}, {self.head_dim}"
+            )
+        if not 1 <= self.draft_vocab_size <= self.target_vocab_size:
+            raise ValueError(
+                f"draft_vocab_size {self.draft_vocab_size} must lie in [1, "
+                f"target_vocab_size={self.target_vocab_size}]"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": HEAD_FORMAT, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, obj: dict[str, Any]) -> EagleHeadConfig:
+        fields = {k: v for k, v in obj.items() if k != "format"}
+        return cls(**fields)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``weight * x / sqrt(mean(x^2) + eps)``, statistics in float32, result in x's dtype."""
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def rope(x: Tensor, positions: Tensor, theta: float) -> Tensor:
+    """Rotate-half RoPE of ``x`` [..., heads, D] at ``positions`` [...] int64 (HF Llama layout)."""
+    dim = x.shape[-1]
+    inv = theta ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim)
+    ang = positions.to(torch.float32)[..., None] * inv  # [..., D/2]
+    cos, sin = ang.cos().unsqueeze(-2).to(x.dtype), ang.sin().unsqueeze(-2).to(x.dtype)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class EagleHead(nn.Module):
+    """Parameters and the per-row pieces of the head (module docstring); attention is the
+    caller's (drafter: context + tree; trainer: causal + unrolled)."""
+
+    draft_ids: Tensor  # [V_d] int64, draft index -> target id (saved)
+    embed: Tensor  # [V, H] float32, the target's embedding (attached, not saved)
+    out_rows: Tensor  # [V_d, H] float32, the target's lm_head rows of the draft vocabulary
+
+    def __init__(self, config: EagleHeadConfig) -> None:
+        super().__init__()
+        c = self.config = config
+        h, q, kv = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        self.feature_norm = RMSNorm(h, c.rms_norm_eps)
+        self.token_norm = RMSNorm(h, c.rms_norm_eps)
+        self.fc = nn.Linear(2 * h, h)
+        self.attn_norm = RMSNorm(h, c.rms_norm_eps)
+        self.qkv = nn.Linear(h, q + 2 * kv, bias=False)
+        self.o_proj = nn.Linear(q, h, bias=False)
+        self.mlp_norm = RMSNorm(h, c.rms_norm_eps)
+        self.gate_up = nn.Linear(h, 2 * c.intermediate_size, bias=False)
+        self.down = nn.Linear(c.intermediate_size, h, bias=False)
+        self.final_norm = RMSNorm(h, c.rms_norm_eps)
+        self.register_buffer("draft_ids", torch.arange(c.draft_vocab_size), persistent=True)
+        # Target rows, attached by attach_target (not saved with the head).
+        self.register_buffer("embed", torch.zeros(0, h), persistent=False)
+        self.register_buffer("out_rows", torch.zeros(0, h), persistent=False)
+
+    # -- target rows --------------------------------------------------------------------------
+
+    def attach_target(self, embed: Tensor, lm_head: Tensor) -> None:
+        """Share the target's embedding ([V, H]) and take its lm_head rows of the draft vocab."""
+        c = self.config
+        for name, t in (("embed", embed), ("lm_head", lm_head)):
+            if t.shape != (c.target_vocab_size, c.hidden_size):
+                raise ValueError(
+                    f"target {name} is {tuple(t.shape)}, the head needs "
+                    f"({c.target_vocab_size}, {c.hidden_size})"
+                )
+        dev = self.fc.weight.device
+        self.embed = embed.detach().to(device=dev, dtype=torch.float32)
+        self.out_rows = lm_head.detach()[self.draft_ids.to(lm_head.device)].to(dev, torch.float32)
+
+    @property
+    def attached(self) -> bool:
+        return self.embed.shape[0] > 0
+
+    # -- the row pipeline ---------------------------------------------------------------------
+
+    def fuse(
+        self,
+        feature: Tensor,  # [..., H] float32, target feature (or the head's own prediction)
+        token: Tensor,  # [...] int64 target ids of the following token
+    ) -> Tensor:
+        """The decoder layer's input ``fc([rms(f); rms(e(x))])``: [..., H]."""
+        emb = self.embed[token]
+        fused = torch.cat([self.feature_norm(feature), self.token_norm(emb)], dim=-1)
+        return F.linear(fused, self.fc.weight, self.fc.bias)
+
+    def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q [..., Hq, D], k and v [..., Hkv, D] of rows ``x`` [..., H] at ``positions``."""
+        c = self.config
+        q_out, kv_out = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        qkv = self.qkv(self.attn_norm(x))
+        q, k, v = qkv.split([q_out, kv_out, kv_out], dim=-1)
+        lead = x.shape[:-1]
+        q = rope(q.reshape(*lead, c.num_heads, c.head_dim), positions, c.rope_theta)
+        k = rope(k.reshape(*lead, c.num_kv_heads, c.head_dim), positions, c.rope_theta)
+        return q, k, v.reshape(*lead, c.num_kv_heads, c.head_dim)
+
+    def finish(self, x: Tensor, attn: Tensor) -> Tensor:
+        """Residual, MLP, final norm: the predicted feature [..., H] from ``attn`` [..., Hq*D]."""
+        h = x + self.o_proj(attn)
+        gate, up = self.gate_up(self.mlp_norm(h)).chunk(2, dim=-1)
+        out: Tensor = self.final_norm(h + self.down(F.silu(gate) * up))
+        return out
+
+    def logits(self, feature: Tensor) -> Tensor:
+        """Draft-vocabulary logits [..., V_d] of predicted features [..., H]."""
+        return feature @ self.out_rows.T
+
+    def target_ids(self, draft_index: Tensor) -> Tensor:
+        """Map draft-vocabulary indices to target token ids (same shape, int64)."""
+        return self.draft_ids[draft_index]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def default_config(
+    hidden_size: int, target_vocab_size: int, draft_vocab_size: int, target: str = ""
+) -> EagleHeadConfig:
+    """The shipped shape for a target of width ``hidden_size``: 64-wide heads, 3 KV heads, MLP
+    ``8/3 H`` (SmolLM2-135M: 9 heads, MLP 1536; about 4.2M parameters)."""
+    heads = max(1, hidden_size // 64)
+    kv = 3 if heads % 3 == 0 else 1
+    inter = (8 * hidden_size // 3 + 63) // 64 * 64
+    return EagleHeadConfig(
+        hidden_size=hidden_size,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=64,
+        intermediate_size=inter,
+        draft_vocab_size=draft_vocab_size,
+        target_vocab_size=target_vocab_size,
+        target=target,
+    )

@@ -1,0 +1,191 @@
+"""Self-distillation data: the target answers training prompts; its features come for free.
+
+Generation uses the engine's batched plain decoding (policy ``plain``). A
+:class:`FeatureRecorder` stands in as the engine's drafter: it drafts nothing and keeps what
+``observe`` hands every drafter anyway, the committed rows' tokens and the target's final hidden
+states. So one generation pass yields, per sequence, tokens ``x_0..x_T`` (prompt + answer) and
+features ``f_0..f_{T-1}`` (``f_t`` = the target's last hidden state after reading ``x_t``, whose
+lm_head argmax is ``x_{t+1}`` inside the answer): no second target forward is needed.
+
+Shards (``shard_00000.safetensors``, ...) hold ``tokens`` [sum(T+1)] int32, ``features``
+[sum(T), H] float16, ``cu_features`` [S+1] int64 and ``prompt_len`` [S] int32; the metadata
+lists the prompt ids. Generation is resumable: prompts already in a shard are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor
+from tqdm import tqdm
+
+from echo_core.sampling import SamplingParams
+from echo_scheduler.policies import make_policy
+from echo_server.drafting.base import ExpandRequest, Proposals, TargetFeedback
+from echo_server.engine import Engine, EngineConfig, GenerationRequest
+from echo_server.model.loader import LoadedModel
+from echo_server.prompts import Prompt
+
+log = structlog.get_logger(__name__)
+
+SHARD_GLOB = "shard_*.safetensors"
+
+
+@dataclass(slots=True)
+class DistilledSequence:
+    """One recorded sequence (prompt + answer)."""
+
+    prompt_id: str
+    tokens: list[int]  # T + 1 tokens
+    features: Tensor  # [T, H] float16
+    prompt_len: int
+
+
+@dataclass(slots=True)
+class _Partial:
+    tokens: list[int] = field(default_factory=list)
+    features: list[Tensor] = field(default_factory=list)
+    next_token: int = -1
+
+
+class FeatureRecorder:
+    """A drafter that proposes nothing and records the target's features of committed rows."""
+
+    name = "recorder"
+    aux_layers: tuple[int, ...] = ()
+
+    def __init__(self) -> None:
+        self._partial: dict[str, _Partial] = {}
+        self.finished: dict[str, tuple[list[int], Tensor]] = {}
+
+    def observe(self, feedback: TargetFeedback) -> None:
+        cu = feedback.cu_rows.tolist()
+        hidden = feedback.hidden.to(torch.float16).cpu()
+        tokens = feedback.tokens.tolist()
+        for b, rid in enumerate(feedback.request_ids):
+            part = self._partial.setdefault(rid, _Partial())
+            part.tokens += tokens[cu[b] : cu[b + 1]]
+            part.features.append(hidden[cu[b] : cu[b + 1]])
+            part.next_token = int(feedback.next_token[b])
+
+    def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
+        """Nothing to prepare: the recorder never drafts."""
+
+    def expand(self, nodes: ExpandRequest) -> Proposals:
+        empty = torch.zeros(0, dtype=torch.int64)
+        return Proposals(empty, empty, torch.zeros(0, dtype=torch.float32))
+
+    def release(self, request_id: str) -> None:
+        part = self._partial.pop(request_id, None)
+        if part is not None and part.tokens:
+            self.finished[request_id] = ([*part.tokens, part.next_token], torch.cat(part.features))
+
+
+def done_prompt_ids(out_dir: Path) -> set[str]:
+    """Prompt ids already stored in ``out_dir``'s shards."""
+    done: set[str] = set()
+    for shard in sorted(out_dir.glob(SHARD_GLOB)):
+        done.update(read_shard_meta(shard)["prompt_ids"])
+    return done
+
+
+def read_shard_meta(path: Path) -> dict[str, list[str]]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    return {"prompt_ids": json.loads(meta.get("prompt_ids", "[]"))}
+
+
+def write_shard(path: Path, seqs: Sequence[DistilledSequence]) -> None:
+    """Store ``seqs`` in one shard (module docstring); written to a temp name, then renamed."""
+    cu = [0]
+    for s in seqs:
+        cu.append(cu[-1] + s.features.shape[0])
+    tensors = {
+        "tokens": torch.tensor([t for s in seqs for t in s.tokens], dtype=torch.int32),
+        "features": torch.cat([s.features for s in seqs]).contiguous(),
+        "cu_features": torch.tensor(cu, dtype=torch.int64),
+        "prompt_len": torch.tensor([s.prompt_len for s in seqs], dtype=torch.int32),
+    }
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata={"prompt_ids": json.dumps([s.prompt_id for s in seqs])})
+    tmp.rename(path)
+
+
+def read_shard(path: Path) -> list[DistilledSequence]:
+    """The sequences of one shard."""
+    t = load_file(str(path))
+    ids = read_shard_meta(path)["prompt_ids"]
+    cu = t["cu_features"].tolist()
+    tokens = t["tokens"].tolist()
+    out = []
+    for i, pid in enumerate(ids):
+        lo, hi = cu[i], cu[i + 1]
+        toks = tokens[lo + i : hi + i + 1]
+        out.append(DistilledSequence(pid, toks, t["features"][lo:hi], int(t["prompt_len"][i])))
+    return out
+
+
+def generate_dataset(
+    loaded: LoadedModel,
+    prompts: Sequence[Prompt],
+    out_dir: Path,
+    max_tokens: int = 192,
+    max_batch: int = 16,
+    max_prompt_tokens: int = 320,
+    shard_size: int = 64,
+) -> int:
+    """Answer every prompt not yet stored with greedy plain decoding; returns new sequences."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = done_prompt_ids(out_dir)
+    todo = [p for p in prompts if p.prompt_id not in done]
+    recorder = FeatureRecorder()
+    engine = Engine(
+        loaded.model,
+        loaded.tokenizer,
+        make_policy("plain"),
+        recorder,
+        EngineConfig(budget=0, max_batch=max_batch, kv_slots=max_batch * 640 + 64),
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    prompt_len: dict[str, int] = {}
+    for p in todo:
+        request = GenerationRequest(p.prompt_id, prompt=p.text, chat=p.chat, params=params)
+        engine.submit(request)
+        n = len(engine.requests[p.prompt_id].prompt_ids)
+        if n > max_prompt_tokens:
+            engine.cancel(p.prompt_id)
+            engine.pop_finished(p.prompt_id)
+            continue
+        prompt_len[p.prompt_id] = n
+    shard_index = len(list(out_dir.glob(SHARD_GLOB)))
+    pending: list[DistilledSequence] = []
+    written = 0
+    with tqdm(total=len(prompt_len), desc="self-distill", unit="seq") as bar:
+        for event in engine.run():
+            bar.set_postfix(tokens=engine.metrics.emitted_tokens, refresh=False)
+            if event.finish_reason is None:
+                continue
+            engine.pop_finished(event.request_id)
+            tokens, feats = recorder.finished.pop(event.request_id)
+            pending.append(
+                DistilledSequence(event.request_id, tokens, feats, prompt_len[event.request_id])
+            )
+            bar.update(1)
+            if len(pending) >= shard_size or not engine.has_work():
+                write_shard(out_dir / f"shard_{shard_index:05d}.safetensors", pending)
+                written += len(pending)
+                shard_index += 1
+                pending = []
+    if pending:
+        write_shard(out_dir / f"shard_{shard_index:05d}.safetensors", pending)
+        written += len(pending)
+    log.info("self_distill_done", new_sequences=written, tokens=engine.metrics.emitted_tokens)
+    return written

@@ -1,0 +1,165 @@
+"""The EAGLE drafter's bookkeeping: tree attention, batching, and agreement with training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from echo_server.drafting.base import ExpandRequest
+from echo_server.drafting.eagle_drafter import EagleDrafter, tree_mask
+from echo_server.training.synthetic import HIDDEN, VOCAB, feedback, tiny_head
+from echo_server.training.unroll import unrolled_features
+
+
+def _expand(
+    drafter: EagleDrafter, paths: list[list[int]], topk: int = 3, requests: list[int] | None = None
+) -> list[dict[int, float]]:
+    m = len(paths)
+    req = requests or [0] * m
+    out = drafter.expand(
+        ExpandRequest(
+            request=torch.tensor(req, dtype=torch.int64),
+            node=torch.arange(m, dtype=torch.int64) - 1,
+            path=paths,
+            topk=torch.full((m,), topk, dtype=torch.int64),
+        )
+    )
+    per_node: list[dict[int, float]] = [{} for _ in range(m)]
+    for s, t, lp in zip(out.source.tolist(), out.token.tolist(), out.logprob.tolist(), strict=True):
+        per_node[s][t] = lp
+    return per_node
+
+
+def _assert_same(got: dict[int, float], want: dict[int, float]) -> None:
+    assert got.keys() == want.keys()
+    torch.testing.assert_close(torch.tensor(list(got.values())), torch.tensor(list(want.values())))
+
+
+def _prefilled(seed: int = 1, n: int = 7) -> tuple[EagleDrafter, list[int], torch.Tensor]:
+    torch.manual_seed(seed)
+    tokens = torch.randint(0, VOCAB, (n + 1,)).tolist()
+    feats = torch.randn(n, HIDDEN)
+    drafter = EagleDrafter(tiny_head())
+    drafter.observe(feedback([("r", tokens[:n], feats, 0, tokens[n])]))
+    drafter.begin_step([tokens], ["r"])
+    return drafter, tokens, feats
+
+
+def test_tree_mask_sees_context_ancestors_and_self() -> None:
+    mask = tree_mask(2, 3, [(0,), (0, 2), ()])
+    assert mask.int().tolist() == [
+        [1, 1, 1, 0, 0, 1, 0, 0],
+        [1, 1, 1, 0, 1, 0, 1, 0],
+        [1, 1, 0, 0, 0, 0, 0, 1],
+    ]
+
+
+def test_root_children_are_best_first_and_normalised_over_the_draft_vocab() -> None:
+    drafter, _, _ = _prefilled()
+    (children,) = _expand(drafter, [[]], topk=20)
+    probs = list(children.values())
+    assert probs == sorted(probs, reverse=True)
+    assert float(torch.tensor(probs).exp().sum()) == pytest.approx(1.0, abs=1e-5)
+    assert all(t % 2 == 1 for t in children)  # draft ids map back to target ids
+
+
+def test_node_in_a_tree_predicts_what_its_path_predicts_as_a_chain() -> None:
+    tree, _, _ = _prefilled()
+    (root,) = _expand(tree, [[]])
+    a, b, c = list(root)
+    depth1 = _expand(tree, [[a], [b], [c]], topk=2)
+    a1, a2 = list(depth1[0])
+    b1 = next(iter(depth1[1]))
+    depth2 = _expand(tree, [[b, b1], [a, a2], [a, a1]], topk=2)
+    x = next(iter(depth2[1]))
+    (deep,) = _expand(tree, [[a, a2, x]], topk=4)
+
+    chain, _, _ = _prefilled()
+    _expand(chain, [[]])
+    _expand(chain, [[a]])
+    (alone,) = _expand(chain, [[a, a2]], topk=2)
+    (deep_alone,) = _expand(chain, [[a, a2, x]], topk=4)
+    _assert_same(depth2[1], alone)
+    _assert_same(deep, deep_alone)
+
+
+def test_batched_requests_match_separate_runs() -> None:
+    torch.manual_seed(3)
+    toks = [torch.randint(0, VOCAB, (n + 1,)).tolist() for n in (4, 9)]
+    feats = [torch.randn(n, HIDDEN) for n in (4, 9)]
+    both = EagleDrafter(tiny_head())
+    both.observe(feedback([(f"r{i}", toks[i][:-1], feats[i], 0, toks[i][-1]) for i in range(2)]))
+    both.begin_step(toks, ["r0", "r1"])
+    roots = _expand(both, [[], []], requests=[0, 1])
+    paths = [[next(iter(roots[0]))], [next(iter(roots[1]))]]
+    batched = _expand(both, paths, requests=[0, 1])
+    for i in range(2):
+        one = EagleDrafter(tiny_head())
+        one.observe(feedback([(f"r{i}", toks[i][:-1], feats[i], 0, toks[i][-1])]))
+        one.begin_step([toks[i]], [f"r{i}"])
+        _assert_same(_expand(one, [[]])[0], roots[i])
+        _assert_same(_expand(one, [paths[i]])[0], batched[i])
+
+
+def test_incremental_observe_equals_one_prefill() -> None:
+    torch.manual_seed(4)
+    toks = torch.randint(0, VOCAB, (9,)).tolist()
+    feats = torch.randn(8, HIDDEN)
+    once = EagleDrafter(tiny_head())
+    once.observe(feedback([("r", toks[:8], feats, 0, toks[8])]))
+    steps = EagleDrafter(tiny_head())
+    steps.observe(feedback([("r", toks[:5], feats[:5], 0, toks[5])]))
+    steps.observe(feedback([("r", toks[5:8], feats[5:8], 5, toks[8])]))
+    for d in (once, steps):
+        d.begin_step([toks], ["r"])
+    _assert_same(_expand(once, [[]], topk=5)[0], _expand(steps, [[]], topk=5)[0])
+
+
+def test_drafting_reproduces_the_training_unroll() -> None:
+    """Row t of training pass k is the depth-(k-1) node after committing x_0..x_{t+1}."""
+    head = tiny_head()
+    torch.manual_seed(5)
+    n = 10
+    tokens = torch.randint(0, VOCAB, (n + 1,))
+    feats = torch.randn(n, HIDDEN)
+    with torch.no_grad():
+        passes = unrolled_features(head, feats[None], tokens[None], depths=3)
+    t = 5
+    drafter = EagleDrafter(head)
+    drafter.observe(
+        feedback([("r", tokens[: t + 1].tolist(), feats[: t + 1], 0, int(tokens[t + 1]))])
+    )
+    drafter.begin_step([tokens[: t + 2].tolist()], ["r"])
+    path = tokens[t + 2 : t + 4].tolist()
+    for k in range(3):
+        (got,) = _expand(drafter, [path[:k]], topk=20)
+        want = torch.log_softmax(head.logits(passes[k][0, t]), dim=-1)
+        ids = head.target_ids(torch.argsort(want, descending=True)).tolist()
+        assert list(got) == ids
+        torch.testing.assert_close(
+            torch.tensor(list(got.values())), want.sort(descending=True).values, atol=1e-5, rtol=0
+        )
+
+
+def test_unknown_and_released_requests_get_no_proposals() -> None:
+    drafter, tokens, _ = _prefilled()
+    drafter.release("r")
+    drafter.begin_step([tokens], ["r"])
+    assert _expand(drafter, [[]]) == [{}]
+
+
+def test_bfloat16_drafting_stays_close_to_float32() -> None:
+    torch.manual_seed(6)
+    toks = torch.randint(0, VOCAB, (9,)).tolist()
+    feats = torch.randn(8, HIDDEN)
+    got = []
+    for dtype in (torch.float32, torch.bfloat16):
+        drafter = EagleDrafter(tiny_head(), dtype)
+        drafter.observe(feedback([("r", toks[:8], feats, 0, toks[8])]))
+        drafter.begin_step([toks], ["r"])
+        (root,) = _expand(drafter, [[]], topk=20)
+        (child,) = _expand(drafter, [[next(iter(root))]], topk=20)
+        got.append((root, child))
+    for exact, approx in zip(got[0], got[1], strict=True):
+        for token, lp in exact.items():
+            assert approx[token] == pytest.approx(lp, abs=0.15)
