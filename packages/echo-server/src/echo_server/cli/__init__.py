@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 from echo_core.errors import EchoError
 from echo_server.cli import (
-    bench,
     calibrate,
     controller,
     demo,
@@ -25,7 +24,6 @@ COMMANDS = {
     "demo": demo,
     "serve": serve,
     "controller": controller,
-    "bench": bench,
     "train-draft": train_draft,
     "calibrate": calibrate,
 }
