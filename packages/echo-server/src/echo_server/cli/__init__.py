@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from echo_core.errors import EchoError
 from echo_server.cli import (
+    bench,
     calibrate,
     controller,
     demo,
@@ -24,6 +25,7 @@ COMMANDS = {
     "demo": demo,
     "serve": serve,
     "controller": controller,
+    "bench": bench,
     "train-draft": train_draft,
     "calibrate": calibrate,
 }

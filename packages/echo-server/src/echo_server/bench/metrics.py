@@ -1,0 +1,157 @@
+"""What one benchmark run measures, accumulated step by step and summarised into a row.
+
+Definitions (per run = one policy on one workload at one concurrency):
+
+- ``tokens_per_s`` = output tokens of all requests / wall time from the first submit to the last
+  finish (prefill included);
+- ``tokens_per_cpu_s`` = output tokens / CPU seconds of this process over the run: on a shared
+  machine, an estimate of tokens/s on an otherwise idle core (with one torch thread, CPU time
+  equals wall time when nothing else runs); ``speedup_cpu`` is its ratio to plain's;
+- ``mean_accepted_length`` = (accepted draft tokens + one bonus per request-step) / request-steps
+  (1.0 = plain decoding); ``draft_yield`` = accepted / verified draft tokens;
+- ``verified_per_step`` = draft tokens verified per engine step (what the budget K caps);
+- ``latency_p50_ms`` / ``latency_p99_ms``: per-token latency as a streaming client sees it; an
+  event that brings n tokens after a gap of g since the request's previous event counts n
+  samples of g / n (the first token's wait is ``ttft`` instead);
+- ``phase_ms_per_step``: mean wall time per decode step of draft (drafter only), schedule (the
+  policy's own methods), verify, accept, commit, emit; ``prefill`` is the rest of the step time
+  (admission and prefill of new requests);
+- ``oracle_ratio`` (:mod:`echo_server.bench.oracle`): realised / hindsight-best accepted tokens
+  on the same pools, ``None`` when no step drafted anything (plain decoding).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+
+import torch
+from torch import Tensor
+
+from echo_server.bench.capture import CapturedStep
+from echo_server.bench.oracle import StepOracle
+
+PHASES = ("prefill", "draft", "schedule", "verify", "accept", "commit", "emit")
+CONFIDENCE_BINS = 20
+HIST_DEPTHS = 8
+"""Confidence histograms cover depths 1..HIST_DEPTHS; deeper nodes join the last depth."""
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100, linear interpolation); NaN for no values."""
+    if not values:
+        return math.nan
+    return float(torch.quantile(torch.tensor(values, dtype=torch.float64), q / 100.0))
+
+
+@dataclass(slots=True)
+class RunAccumulator:
+    """Running totals of one run, fed with every step once its requests have finished."""
+
+    steps: int = 0
+    request_steps: int = 0
+    accepted: int = 0
+    verified: int = 0
+    oracle: int = 0
+    budget: int = 0
+    schedule_s: float = 0.0
+    step_yields: list[float] = field(default_factory=list)
+    # [HIST_DEPTHS, 2, CONFIDENCE_BINS] int64: verified nodes by depth, (rejected, accepted),
+    # path probability bin
+    confidence: Tensor = field(
+        default_factory=lambda: torch.zeros(HIST_DEPTHS, 2, CONFIDENCE_BINS, dtype=torch.int64)
+    )
+
+    def add(self, step: CapturedStep, hind: StepOracle) -> None:
+        acc, ver = int(step.accepted.sum()), int(step.keep.sum())
+        self.steps += 1
+        self.request_steps += step.pool.batch_size
+        self.accepted += acc
+        self.verified += ver
+        self.oracle += hind.oracle
+        self.budget += step.budget
+        self.schedule_s += step.schedule_s
+        if ver:
+            self.step_yields.append(acc / ver)
+            self.confidence += confidence_histogram(step, hind.hit)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return (self.accepted + self.request_steps) / self.request_steps if self.steps else 0.0
+
+    @property
+    def draft_yield(self) -> float:
+        return self.accepted / self.verified if self.verified else 0.0
+
+    @property
+    def oracle_ratio(self) -> float | None:
+        return self.accepted / self.oracle if self.oracle else None
+
+
+def confidence_histogram(step: CapturedStep, hit: Tensor) -> Tensor:
+    """[HIST_DEPTHS, 2, CONFIDENCE_BINS] counts of verified nodes by depth, accepted (index 1)
+    or rejected (0), and path probability ``exp(path_logprob)`` in equal-width bins of [0, 1]."""
+    keep = step.keep
+    depth = (step.pool.depth[keep] - 1).clamp(max=HIST_DEPTHS - 1)
+    prob = step.pool.path_logprob[keep].exp().clamp(0.0, 1.0)
+    bins = (prob * CONFIDENCE_BINS).long().clamp(max=CONFIDENCE_BINS - 1)
+    accepted = hit[keep].long()
+    flat = (depth * 2 + accepted) * CONFIDENCE_BINS + bins
+    counts = torch.bincount(flat, minlength=HIST_DEPTHS * 2 * CONFIDENCE_BINS)
+    return counts.view(HIST_DEPTHS, 2, CONFIDENCE_BINS)
+
+
+def pooled_confidence(
+    accumulators: Mapping[tuple[str, str, int], RunAccumulator],
+) -> dict[str, Tensor]:
+    """Per policy, the confidence histograms of all its runs summed (policies with data only)."""
+    out: dict[str, Tensor] = {}
+    for (policy, _, _), acc in accumulators.items():
+        out[policy] = out[policy] + acc.confidence if policy in out else acc.confidence.clone()
+    return {p: h for p, h in out.items() if int(h.sum())}
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One row of the benchmark (JSON ``runs[i]``; docs/BENCHMARKS.md documents every field)."""
+
+    policy: str
+    workload: str
+    concurrency: int
+    requests: int
+    output_tokens: int
+    wall_s: float
+    tokens_per_s: float
+    cpu_s: float
+    tokens_per_cpu_s: float
+    mean_batch: float
+    steps: int
+    mean_accepted_length: float
+    draft_yield: float
+    verified_per_step: float
+    budget_per_step: float
+    oracle_ratio: float | None
+    latency_p50_ms: float
+    latency_p99_ms: float
+    ttft_p50_ms: float
+    phase_ms_per_step: dict[str, float]
+    draft_yield_quartiles: tuple[float, float, float]
+    speedup: float | None = None
+    speedup_cpu: float | None = None
+    outputs_match: bool | None = None
+    mismatches: list[dict[str, object]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {f.name: _finite(getattr(self, f.name)) for f in fields(self)}
+
+
+def _finite(value: object) -> object:
+    """JSON has no NaN: NaN -> None, recursively through lists, tuples and dicts."""
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else round(value, 6)
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value

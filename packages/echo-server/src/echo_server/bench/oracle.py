@@ -1,0 +1,85 @@
+"""The oracle bound of a real step: hindsight-best use of the step's budget on its own pool.
+
+Once a request has finished, its whole output is known, so for every step it took we know the
+*continuation*: the tokens that followed the step's root, ``t_1 .. t_D``. Under greedy
+acceptance a drafted node at depth d is accepted iff its parent is (or is the root) and its
+token is ``t_d`` (:func:`echo_scheduler.outcome.accepted_mask`), so the pool's longest matching
+path ``L_b`` is the most that request b could have gained from what was drafted. Every matching
+node is worth one token and every other node nothing, so the hindsight-best selection of at most
+K nodes (at most ``max_nodes[b]`` per request) accepts
+
+    oracle = min(K, sum_b min(L_b, max_nodes[b]))
+
+tokens. The oracle ratio of a run is ``sum realised accepted / sum oracle`` over its steps (not
+a mean of per-step ratios); 1.0 means the policy's selection was hindsight-optimal *on the
+candidates it drafted*. The bound takes the pool as given: a policy that drafts too little can
+still score 1.0, which the other metrics (accepted length, tokens/s) expose.
+
+Worked example: K = 3, two requests, pools matching ``L = (2, 3)``, caps ``(5, 1)``: the oracle
+accepts ``min(3, 2 + 1) = 3``; a selection that verified three nodes of request 0 (two matching)
+and none of request 1 realises 2, ratio 2/3.
+
+With temperature > 0 the continuation is the sampled output, and a node is accepted iff it
+matches it (candidates rejected by the stochastic rule leave residual mass zero on their token),
+so the same definition holds: the best the selection could have done given what was sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from echo_core.tree import TreeBatch
+from echo_scheduler.outcome import accepted_mask, oracle_accepted
+
+NO_TOKEN = -1
+"""Padding of continuations past the end of an output: matches no drafted token."""
+
+
+def continuations(sequences: Sequence[Sequence[int]], roots: Sequence[int], depth: int) -> Tensor:
+    """[B, depth] int64: ``sequences[b][roots[b] + 1 : roots[b] + 1 + depth]``, padded with
+    :data:`NO_TOKEN` (``sequences[b]`` is request b's prompt + final output, ``roots[b]`` the
+    index of the step's root in it)."""
+    if len(sequences) != len(roots):
+        raise ValueError(f"{len(sequences)} sequences for {len(roots)} roots")
+    out = torch.full((len(roots), max(depth, 0)), NO_TOKEN, dtype=torch.int64)
+    for b, (seq, root) in enumerate(zip(sequences, roots, strict=True)):
+        if not 0 <= root < len(seq):
+            raise ValueError(f"root index {root} outside a sequence of {len(seq)} tokens")
+        tail = list(seq[root + 1 : root + 1 + depth])
+        if tail:
+            out[b, : len(tail)] = torch.tensor(tail, dtype=torch.int64)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StepOracle:
+    """Hindsight view of one step."""
+
+    hit: Tensor  # [N] bool, pool nodes on the continuation's path
+    reachable: Tensor  # [B] int64, L_b: longest matching path in the pool
+    realised: Tensor  # [B] int64, matching nodes among the verified ones
+    oracle: int  # min(K, sum_b min(L_b, max_nodes[b]))
+
+
+def step_oracle(
+    pool: TreeBatch, keep: Tensor, target: Tensor, max_nodes: Tensor, budget: int
+) -> StepOracle:
+    """The oracle of one step (module docstring). ``keep``: [N] bool; ``target``: [B, D] int64;
+    ``max_nodes``: [B] int64."""
+    if keep.shape != (pool.num_nodes,) or target.shape[0] != pool.batch_size:
+        raise ValueError(
+            f"keep {tuple(keep.shape)} / target {tuple(target.shape)} do not fit a pool of "
+            f"{pool.num_nodes} nodes over {pool.batch_size} requests"
+        )
+    if pool.num_nodes == 0:
+        zero = torch.zeros(pool.batch_size, dtype=torch.int64)
+        return StepOracle(torch.zeros(0, dtype=torch.bool), zero, zero.clone(), 0)
+    hit = accepted_mask(pool, target)
+    req = pool.request_index()
+    reach = torch.bincount(req[hit], minlength=pool.batch_size)
+    realised = torch.bincount(req[hit & keep], minlength=pool.batch_size)
+    return StepOracle(hit, reach, realised, oracle_accepted(reach, max_nodes, budget))
