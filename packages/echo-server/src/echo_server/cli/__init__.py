@@ -15,6 +15,7 @@ from echo_server.cli import (
     generate,
     policies,
     serve,
+    sim,
     train_draft,
 )
 from echo_server.logs import LEVELS, configure_logging
@@ -26,6 +27,7 @@ COMMANDS = {
     "serve": serve,
     "controller": controller,
     "bench": bench,
+    "sim": sim,
     "train-draft": train_draft,
     "calibrate": calibrate,
 }
@@ -44,7 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # `sim` forwards its options to echo-scheduler's simulator; everything else is strict.
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "sim":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if args.command == "sim":
+        args.sim_args = [*extra, *args.sim_args]
     configure_logging(args.log_level, args.json_logs)
     try:
         return int(COMMANDS[args.command].run(args))
