@@ -133,3 +133,53 @@ def test_observe_smooths_the_mean_accepted_length() -> None:
     policy.observe(StepOutcome(torch.tensor([0, 0]), torch.tensor([4, 4])))
     assert policy.smoothed_accept is not None
     assert abs(policy.smoothed_accept - 2.7) < 1e-6
+
+
+def _calibrated_gate() -> GatePolicy:
+    """Depth 1 is worth 0.2 or 0.9 by score, depth 2 0.3 or 0.6, deeper 0.05."""
+    maps = AcceptanceMaps(
+        (
+            DepthMap(edges=(-1.0,), values=(0.2, 0.9), counts=(10, 10)),
+            DepthMap(edges=(-2.0,), values=(0.3, 0.6), counts=(10, 10)),
+            DepthMap(edges=(), values=(0.05,), counts=(20,)),
+        )
+    )
+    return GatePolicy(
+        version="t", mode=GateMode.NONE, thresholds={}, acceptance_maps=maps, max_depth=3
+    )
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), batch=st.integers(1, 6), floor=st.floats(0.0, 0.95))
+def test_the_cost_floor_keeps_exactly_the_nodes_that_pay_for_their_row(
+    seed: int, batch: int, floor: float
+) -> None:
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), _calibrated_gate())
+    step = _step(seed, batch).with_max_nodes(torch.full((batch,), 1000))
+    run = drive(policy, step, budget=1000, min_utility=floor)
+    if run.pool.num_nodes == 0:
+        assert floor >= 0.9  # only skipped when no depth-1 node can reach the floor
+        return
+    key = policy.key(run.pool)
+    assert bool((key[run.keep] >= floor).all())
+    assert bool(run.keep[key >= floor].all())  # with budget to spare, every paying node
+
+
+def test_a_floor_above_every_depth_one_estimate_skips_drafting() -> None:
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), _calibrated_gate())
+    run = drive(policy, _step(3, 4), budget=100, min_utility=0.95)
+    assert run.calls == 0
+    assert run.pool.num_nodes == 0
+    run = drive(policy, _step(3, 4), budget=100, min_utility=0.5)
+    assert run.calls >= 1
+    assert run.pool.num_nodes > 0
+
+
+def test_the_depth_price_limits_how_deep_echo_drafts() -> None:
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), _calibrated_gate())
+    calls = [
+        drive(policy, _step(5, 4), budget=100, min_utility=0.01, depth_price=price).calls
+        for price in (0.0, 1.0, 1e6)
+    ]
+    assert calls[0] >= calls[1] >= calls[2] == 0  # no depth promises a million tokens
+    assert calls[0] > 1

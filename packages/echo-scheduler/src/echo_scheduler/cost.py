@@ -23,9 +23,12 @@ decoding under the model: where speculation does not pay it is switched off, no 
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -92,8 +95,10 @@ class VerifyCostModel:
         hinge = (t - self.knee_tokens).clamp(min=0)
         return self.base_s + self.slope_mem_s * t + self.slope_compute_s * hinge
 
-    def latency_at(self, tokens: int) -> float:
-        return float(self.latency(torch.tensor(float(tokens))))
+    def latency_at(self, tokens: float) -> float:
+        """Verify latency in seconds for one T (int or float >= 0), in plain Python."""
+        hinge = max(0.0, tokens - self.knee_tokens)
+        return self.base_s + self.slope_mem_s * tokens + self.slope_compute_s * hinge
 
     def k_max(self, batch_size: int) -> int:
         """Draft tokens verifiable before the knee: ``max(0, floor(T0) - B)``."""
@@ -133,6 +138,42 @@ class VerifyCostModel:
     def smollm2_cpu() -> VerifyCostModel:
         """Fitted to SmolLM2-135M fp32 verify on the 2-core dev CPU (docs/ENVIRONMENT.md)."""
         return VerifyCostModel.fit([1, 4, 16, 64, 256], [0.056, 0.078, 0.087, 0.171, 0.521])
+
+
+class LatencyModel(Protocol):
+    """Anything that predicts verify latency in seconds for T tokens."""
+
+    def latency_at(self, tokens: float) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileCost:
+    """Verify latency by piecewise-linear interpolation of measured ``(T, seconds)`` points.
+
+    Unlike the hinge it follows a concave start, common on CPUs where the step from one row to a
+    few costs more per row than later ones (a GEMV becomes a small, poorly packed GEMM). Beyond
+    the last point it extends the last segment's slope; below the first it is flat.
+    """
+
+    tokens: tuple[float, ...]
+    seconds: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        t, y = self.tokens, self.seconds
+        if len(t) < 2 or len(t) != len(y):
+            raise CostModelError(f"need >= 2 matching (T, seconds) points, got {len(t)}")
+        if any(b <= a for a, b in itertools.pairwise(t)):
+            raise CostModelError(f"T must be strictly increasing, got {t}")
+        if not all(math.isfinite(v) and v >= 0 for v in (*t, *y)):
+            raise CostModelError("T and seconds must be finite and >= 0")
+
+    def latency_at(self, tokens: float) -> float:
+        t, y = self.tokens, self.seconds
+        if tokens <= t[0]:
+            return y[0]
+        i = min(bisect.bisect_right(t, tokens), len(t) - 1)  # segment (i - 1, i)
+        slope = (y[i] - y[i - 1]) / (t[i] - t[i - 1])
+        return max(y[i - 1] + slope * (tokens - t[i - 1]), 0.0)
 
 
 def _fit_with_knee(t: Tensor, y: Tensor, knee: float) -> VerifyCostModel:

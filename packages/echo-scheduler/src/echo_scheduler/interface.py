@@ -45,10 +45,16 @@ class StepBatch:
     budget: int  # K: draft nodes verified this step, whole batch, roots not counted
     max_nodes: Tensor  # [B] int64 >= 0, per-request cap on draft nodes (0 = must not draft)
     greedy: Tensor | None = None  # [B] bool, T=0 requests; reserved, no policy ranks by it yet
+    min_utility: float = 0.0  # cost floor: verify a node only if its estimated acceptance >= this
+    depth_price: float | None = None  # tokens one more drafter call must promise (None: config)
 
     def __post_init__(self) -> None:
         if self.batch_size < 0:
             raise PolicyError(f"batch_size must be >= 0, got {self.batch_size}")
+        if not 0.0 <= self.min_utility < float("inf"):
+            raise PolicyError(f"min_utility must be finite and >= 0, got {self.min_utility}")
+        if self.depth_price is not None and not 0.0 <= self.depth_price < float("inf"):
+            raise PolicyError(f"depth_price must be finite and >= 0, got {self.depth_price}")
         if self.budget < 0:
             raise PolicyError(f"budget must be >= 0, got {self.budget}")
         m = self.max_nodes

@@ -86,11 +86,21 @@ class Drive:
     schedule_cpu_s: float  # process CPU time inside them (robust to a shared machine)
 
 
-def drive(policy: Policy, step: SimStep, budget: int) -> Drive:
-    """One step through the engine's call sequence (module docstring); checks both contracts."""
+def drive(
+    policy: Policy,
+    step: SimStep,
+    budget: int,
+    min_utility: float = 0.0,
+    depth_price: float | None = None,
+) -> Drive:
+    """One step through the engine's call sequence (module docstring); checks both contracts.
+
+    ``min_utility`` / ``depth_price``: the engine's elastic cost floor (echo_scheduler.elastic).
+    """
     b = step.batch_size
     t0, c0 = time.perf_counter(), time.process_time()
-    plan = policy.begin_step(StepBatch(batch_size=b, budget=budget, max_nodes=step.max_nodes))
+    batch = StepBatch(b, budget, step.max_nodes, None, min_utility, depth_price)
+    plan = policy.begin_step(batch)
     spent, cpu = time.perf_counter() - t0, time.process_time() - c0
     pool = empty_tree(b)
     calls = expansions = 0

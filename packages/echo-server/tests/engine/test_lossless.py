@@ -12,8 +12,11 @@ import torch
 
 from echo_core.sampling import SamplingParams
 from echo_scheduler.policies import make_policy
+from echo_server.assets import DEFAULT_GATE
 from echo_server.cli.options import gate_for
 from echo_server.drafting import NgramDrafter
+from echo_server.drafting.base import Drafter
+from echo_server.drafting.eagle_drafter import eagle_drafter_for
 from echo_server.engine import Engine, EngineConfig, GenerationRequest
 from echo_server.engine.verify import prefill
 from echo_server.model.loader import LoadedModel
@@ -29,15 +32,17 @@ def _prompts() -> list[Prompt]:
 
 
 def _generate(
-    loaded: LoadedModel, policy: str, prompts: list[Prompt], max_batch: int
+    loaded: LoadedModel, policy: str, prompts: list[Prompt], max_batch: int, eagle: bool = False
 ) -> list[list[int]]:
-    gate = gate_for(policy, None, 8)
+    """Greedy outputs; ``eagle``: the shipped head + its calibrated gate, elastic K on."""
+    gate = gate_for(policy, DEFAULT_GATE if eagle else None, 8)
+    drafter: Drafter = eagle_drafter_for(loaded.model) if eagle else NgramDrafter()
     engine = Engine(
         loaded.model,
         loaded.tokenizer,
         make_policy(policy, gate=gate),
-        NgramDrafter(),
-        EngineConfig(budget=24, max_batch=max_batch, kv_slots=8192),
+        drafter,
+        EngineConfig(budget=24, max_batch=max_batch, kv_slots=8192, elastic=eagle),
     )
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS)
     for p in prompts:
@@ -73,8 +78,26 @@ def plain_outputs(smollm: LoadedModel) -> list[list[int]]:
 def test_greedy_output_equals_plain_decoding(
     smollm: LoadedModel, plain_outputs: list[list[int]], policy: str, max_batch: int
 ) -> None:
+    _check_lossless(smollm, plain_outputs, policy, max_batch, eagle=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_batch", [1, 4])
+def test_elastic_echo_with_the_shipped_head_equals_plain_decoding(
+    smollm: LoadedModel, plain_outputs: list[list[int]], max_batch: int
+) -> None:
+    _check_lossless(smollm, plain_outputs, "echo", max_batch, eagle=True)
+
+
+def _check_lossless(
+    smollm: LoadedModel,
+    plain_outputs: list[list[int]],
+    policy: str,
+    max_batch: int,
+    eagle: bool,
+) -> None:
     prompts = _prompts()
-    outputs = _generate(smollm, policy, prompts, max_batch)
+    outputs = _generate(smollm, policy, prompts, max_batch, eagle)
     near_ties = []
     for prompt, ref, got in zip(prompts, plain_outputs, outputs, strict=True):
         if ref == got:

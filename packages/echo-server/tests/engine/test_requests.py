@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 
 from echo_core.errors import SamplingParamsError
@@ -14,8 +17,8 @@ from echo_server.model.loader import LoadedModel
 PROMPT = "List three colours of the rainbow."
 
 
-def _engine(loaded: LoadedModel, policy: str = "echo", **config: int) -> Engine:
-    cfg = EngineConfig(**{"budget": 16, "max_batch": 4, "kv_slots": 4096, **config})
+def _engine(loaded: LoadedModel, policy: str = "echo", **config: Any) -> Engine:
+    cfg = replace(EngineConfig(budget=16, max_batch=4, kv_slots=4096), **config)
     return Engine(loaded.model, loaded.tokenizer, make_policy(policy), NgramDrafter(), cfg)
 
 

@@ -1,7 +1,9 @@
 """The embedded SmolLM2-135M (GGUF, fp32): our runner vs transformers, ragged batches, trees.
 
 Tolerances (fp32): logits within ``LOGIT_ATOL`` of transformers' LlamaForCausalLM on the same
-dequantised weights (measured max |diff| 0 for a plain prefill: same op order); ragged batches
+dequantised weights (max |diff| 0 with ``F.linear``, the same op order; 1.1e-4 on logits of
+magnitude ~10-20 with the oneDNN-packed projections of model/linear.py, which round
+differently); ragged batches
 and tree verification within ``REORDER_ATOL`` of the per-request / per-path causal runs (the
 padded SDPA only reorders float sums). Greedy continuations must be identical.
 """
@@ -23,7 +25,7 @@ from echo_server.model.greedy import greedy_generate
 
 pytestmark = pytest.mark.slow
 
-LOGIT_ATOL = 1e-4
+LOGIT_ATOL = 5e-4
 REORDER_ATOL = 1e-4
 PROMPTS = [
     'def fizzbuzz(n: int) -> str:\n    """Return Fizz, Buzz, FizzBuzz or the number."""\n',

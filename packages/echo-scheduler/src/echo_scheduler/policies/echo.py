@@ -35,6 +35,14 @@ tiers 0-1 currently select and whose children could still be selected: when the 
 no node qualifies or when the depth's estimated gain ``sum_f max(0, c_f - w)`` (``c_f``: estimated
 best-child key, see ``_child_keys``) is below ``config.min_depth_gain`` tokens, the price of one
 more drafter call. With ``reserve_base`` depths below D0 are drafted for every request.
+
+Cost floor (elastic K, beyond the paper). The engine may pass ``batch.min_utility`` = u_min, the
+acceptance a node needs to pay for its verify row: with ``R`` the step's throughput (tokens/s) and
+``dt`` the marginal verify latency of one more row, ``d/dk [(B + G(k)) / t(B + k)] >= 0`` iff
+``u_k >= R * dt`` (see echo_scheduler.elastic). Nodes with ``u' < u_min`` are not eligible, the
+weakest-key bound ``w`` is at least ``u_min``, and ``batch.depth_price`` (when given) replaces
+``min_depth_gain``. If no depth-1 node could reach ``u_min`` (``m_1(0) <= u_min``) the step is
+not drafted at all: under saturation ECHO falls back to plain decoding at no drafting cost.
 """
 
 from __future__ import annotations
@@ -87,7 +95,22 @@ class EchoPolicy(BasePolicy):
         self.truncated_at = torch.where(batch.max_nodes > 0, self.config.max_depth, 0)
 
     def _first_plan(self, batch: StepBatch) -> DraftPlan:
-        return DraftPlan.roots(torch.where(batch.max_nodes > 0, self.config.draft_width, 0))
+        width = self.config.draft_width
+        maps = self.gate.acceptance_maps
+        if maps is not None and batch.min_utility > 0:
+            one = torch.ones(1, dtype=torch.int64, device=batch.max_nodes.device)
+            best = float(maps.expected_accept(one, torch.zeros(1, device=one.device))[0])
+            live = int((batch.max_nodes > 0).sum())
+            if best <= batch.min_utility or live * width * (best - batch.min_utility) < (
+                self._depth_price()
+            ):
+                width = 0  # not even the best depth-1 draft pays for its row: plain decoding
+        return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
+
+    def _depth_price(self) -> float:
+        """Tokens one more drafter call must promise: the engine's price, else the config's."""
+        price = self.batch.depth_price
+        return self.config.min_depth_gain if price is None else price
 
     @property
     def truncated(self) -> Tensor:
@@ -113,7 +136,7 @@ class EchoPolicy(BasePolicy):
         key = self.key(pool, ix)
         kpos = key_order(key, path_score(pool))
         k0, width = self.config.topk, self.config.draft_width
-        order = self._order(pool, ix, kpos)
+        order = self._order(pool, ix, kpos, key)
         at_depth = pool.depth == d
         if self.reserve_base and d < self.config.base_depth:
             pick = ranks_in_order(order.group, order.grouped, at_depth & active[ix.req]) < k0
@@ -126,14 +149,15 @@ class EchoPolicy(BasePolicy):
             kept = budgeted_select(pool, order.pos, kept, caps, budget, ix)
             held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
             full = int(held.sum()) >= budget
-        weakest = key[kept].min() if full else torch.zeros((), device=pool.device)
+        floor = torch.tensor(self.batch.min_utility, device=pool.device)
+        weakest = torch.maximum(key[kept].min(), floor) if full else floor
         bound, guess = self._child_keys(pool, ix, key, d)
         candidates = kept & at_depth & (active & (held < caps))[ix.req]
-        if full:
+        if full or self.batch.min_utility > 0:
             candidates &= bound >= weakest
         nodes = (ranks_in_order(order.group, order.grouped, candidates) < k0).nonzero().squeeze(1)
         gain = float((guess[nodes] - weakest).clamp(min=0).sum())
-        if nodes.numel() == 0 or gain < self.config.min_depth_gain:
+        if nodes.numel() == 0 or gain < self._depth_price():
             return DraftPlan.finished(pool.device)
         return expand_all(nodes, width)
 
@@ -159,9 +183,11 @@ class EchoPolicy(BasePolicy):
         guess = torch.minimum(key, maps.expected_accept(child, guess_logp.clamp(min=-1e4)))
         return bound, guess
 
-    def _order(self, pool: TreeBatch, ix: PoolIndex, kpos: Tensor) -> _Order:
+    def _order(self, pool: TreeBatch, ix: PoolIndex, kpos: Tensor, key: Tensor) -> _Order:
         """Tiers and the selection priority of the module docstring (two sorts in all)."""
         eligible = pool.depth <= self.truncated_at[ix.req]
+        if self.batch.min_utility > 0:
+            eligible &= key >= self.batch.min_utility
         group = ix.req * (self.config.max_depth + 1) + pool.depth.clamp(max=self.config.max_depth)
         grouped = group_order(group, kpos)
         band = ranks_in_order(group, grouped, eligible) < self.config.topk
@@ -179,14 +205,16 @@ class EchoPolicy(BasePolicy):
 
     def select(self, pool: TreeBatch) -> Tensor:
         ix = PoolIndex.of(pool)
-        order = self._order(pool, ix, key_order(self.key(pool, ix), path_score(pool)))
+        key = self.key(pool, ix)
+        order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         caps = self.batch.max_nodes
         return budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
 
     def tiers(self, pool: TreeBatch) -> Tensor:
         """Tier of every node for the current step state (-1 = not eligible): [N] int64."""
         ix = PoolIndex.of(pool)
-        order = self._order(pool, ix, key_order(self.key(pool, ix), path_score(pool)))
+        key = self.key(pool, ix)
+        order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         return torch.where(order.eligible, order.tier, -1)
 
 

@@ -50,6 +50,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="K: draft tokens verified per step, or 'auto' (the measured verify-cost knee)",
     )
     g.add_argument("--max-batch", type=int, default=8, help="concurrent requests")
+    g.add_argument(
+        "--elastic",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="per-step cost floor: verify a node only if its calibrated acceptance pays for its "
+        "row at the measured verify cost (echo_scheduler.elastic); auto: on for ECHO policies",
+    )
     g.add_argument("--kv-slots", type=int, default=16384, help="KV pool size in tokens")
     g.add_argument("--gate", type=Path, default=None, help="calibrated GatePolicy JSON")
     g.add_argument(
@@ -145,8 +152,19 @@ def load(args: argparse.Namespace) -> LoadedModel:
     return load_model(args.model, dtype=DTYPES[args.dtype], device=device, attention=attention)
 
 
+def elastic_for(cli_policy: str, args: argparse.Namespace) -> bool:
+    """``--elastic auto`` turns the per-step cost floor on for the ECHO family only."""
+    choice = getattr(args, "elastic", "auto")
+    return choice == "on" or (choice == "auto" and policy_name(cli_policy).startswith("echo"))
+
+
 def build_engine(loaded: LoadedModel, cli_policy: str, args: argparse.Namespace) -> Engine:
-    config = EngineConfig(budget=args.budget, max_batch=args.max_batch, kv_slots=args.kv_slots)
+    config = EngineConfig(
+        budget=args.budget,
+        max_batch=args.max_batch,
+        kv_slots=args.kv_slots,
+        elastic=elastic_for(cli_policy, args),
+    )
     return Engine(
         loaded.model,
         loaded.tokenizer,

@@ -22,7 +22,8 @@ import structlog
 import torch
 
 from echo_core.tree import make_tree
-from echo_scheduler.cost import VerifyCostModel
+from echo_scheduler.cost import ProfileCost, VerifyCostModel
+from echo_scheduler.errors import CostModelError
 from echo_server.kv.pool import KVPool
 from echo_server.model.attention import tree_row_mask
 from echo_server.model.llama import LlamaModel
@@ -97,28 +98,35 @@ def measure_profile(model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS)
 
 def _cache_key(model: LlamaModel) -> str:
     cfg = model.config
-    ident = f"{cfg}|{model.dtype}|{model.device}|{torch.get_num_threads()}"
+    packed = model.lm_head.packed is not None  # the matmul path changes the profile's shape
+    ident = f"{cfg}|{model.dtype}|{model.device}|{torch.get_num_threads()}|packed={packed}"
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def load_or_measure(model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE) -> VerifyCostModel:
-    """The cached profile for this model and machine setup, or a fresh measurement."""
+def load_or_measure_profile(
+    model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE
+) -> ProfileCost:
+    """The cached verify profile for this model and machine setup, or a fresh measurement."""
     path = cache_dir / f"{_cache_key(model)}.json" if cache_dir is not None else None
     if path is not None and path.is_file():
         try:
             data = json.loads(path.read_text())
-            return VerifyCostModel.fit(data["tokens"], data["seconds"])
-        except (ValueError, KeyError, TypeError) as exc:
+            return ProfileCost(
+                tuple(float(t) for t in data["tokens"]), tuple(float(s) for s in data["seconds"])
+            )
+        except (ValueError, KeyError, TypeError, CostModelError) as exc:
             log.warning("verify_profile_cache_unreadable", path=str(path), error=str(exc))
     seconds = measure_profile(model)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"tokens": list(PROFILE_TOKENS), "seconds": seconds}))
-    cost = VerifyCostModel.fit(list(PROFILE_TOKENS), seconds)
     log.info(
-        "verify_profile",
-        tokens=list(PROFILE_TOKENS),
-        ms=[round(s * 1000, 1) for s in seconds],
-        knee_tokens=round(cost.knee_tokens, 1),
+        "verify_profile", tokens=list(PROFILE_TOKENS), ms=[round(s * 1000, 1) for s in seconds]
     )
-    return cost
+    return ProfileCost(tuple(float(t) for t in PROFILE_TOKENS), tuple(seconds))
+
+
+def load_or_measure(model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE) -> VerifyCostModel:
+    """The hinge fitted to the cached profile's points (K_max for ``--budget auto``)."""
+    profile = load_or_measure_profile(model, cache_dir)
+    return VerifyCostModel.fit(list(profile.tokens), list(profile.seconds))

@@ -28,9 +28,10 @@ import torch
 from torch import Tensor
 
 from echo_core.sampling import target_probs
+from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.interface import Policy, StepBatch, StepOutcome
 from echo_server.drafting.base import Drafter
-from echo_server.engine.budget import BudgetPolicy, load_or_measure
+from echo_server.engine.budget import BudgetPolicy, load_or_measure, load_or_measure_profile
 from echo_server.engine.drafting_loop import draft_and_select
 from echo_server.engine.emit import apply_new_tokens
 from echo_server.engine.metrics import EngineMetrics, StepTimer
@@ -61,6 +62,7 @@ class EngineConfig:
     kv_slots: int = 16384
     max_context: int | None = None
     max_depth: int = 16  # safety bound on drafted depths per step
+    elastic: bool = False  # per-step cost floor (echo_scheduler.elastic), from the verify profile
 
     def __post_init__(self) -> None:
         if self.budget != "auto" and (not isinstance(self.budget, int) or self.budget < 0):
@@ -102,6 +104,7 @@ class Engine:
             if self.config.budget == "auto"
             else BudgetPolicy(fixed=self.config.budget)
         )
+        self.elastic = ElasticFloor(load_or_measure_profile(model)) if self.config.elastic else None
         self._reserved = 0  # KV slots promised to running requests (worst case)
         self._budget_override: int | None = None  # a controller lease (set_budget_override)
 
@@ -185,7 +188,15 @@ class Engine:
         # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
         caps = torch.tensor([max(s.remaining - 1, 0) for s in batch], dtype=torch.int64)
         greedy = torch.tensor([s.params.is_greedy for s in batch], dtype=torch.bool)
-        step = StepBatch(len(batch), self.budget_k(len(batch)), caps, greedy)
+        floor = self.elastic.floor(len(batch)) if self.elastic is not None else None
+        step = StepBatch(
+            len(batch),
+            self.budget_k(len(batch)),
+            caps,
+            greedy,
+            min_utility=floor.min_utility if floor is not None else 0.0,
+            depth_price=floor.depth_price if floor is not None else None,
+        )
         drafted = draft_and_select(self.policy, self.drafter, step, self.config.max_depth)
         tree = drafted.tree
         timer.mark("draft")
@@ -219,6 +230,17 @@ class Engine:
                 self._finish(state, event.finish_reason)
             events.append(event)
         timer.mark("emit")
+        if self.elastic is not None:
+            sec = timer.seconds
+            self.elastic.observe(
+                len(batch),
+                verified=tree.num_nodes,
+                emitted=sum(len(e.token_ids) for e in events),
+                verify_s=sec["verify"],
+                other_s=sum(sec.values()) - sec["verify"],
+                draft_s=sec["draft"],
+                depths=drafted.depths,
+            )
         self.metrics.record_step(
             tree,
             result,

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from echo_server.model.attention import AttentionBackend, AttentionBatch
 from echo_server.model.config import ModelConfig
+from echo_server.model.linear import Linear
 from echo_server.model.rope import RotaryTable, rotate
 from echo_server.model.torch_attention import TorchAttention
 
@@ -86,6 +87,8 @@ class LlamaModel:
             config, weights.embed.dtype, weights.embed.device, weights.rope_freq_divisors
         )
         self.scale = config.head_dim**-0.5
+        self.linears = tuple(_LayerLinears.of(layer) for layer in weights.layers)
+        self.lm_head = Linear(weights.lm_head)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -130,9 +133,9 @@ class LlamaModel:
         eps = cfg.rms_norm_eps
         captured: dict[int, Tensor] = {}
         x = self.weights.embed[tokens]  # [R, hidden]
-        for i, layer in enumerate(self.weights.layers):
+        for i, (layer, mm) in enumerate(zip(self.weights.layers, self.linears, strict=True)):
             h = rms_norm(x, layer.attn_norm, eps)
-            qkv = F.linear(h, layer.qkv, layer.qkv_bias).view(n, heads + 2 * kv_heads, dim)
+            qkv = mm.qkv(h).view(n, heads + 2 * kv_heads, dim)
             if layer.q_norm is not None and layer.k_norm is not None:
                 q = rotate(rms_norm(qkv[:, :heads], layer.q_norm, eps), cos, sin)
                 k = rotate(rms_norm(qkv[:, heads : heads + kv_heads], layer.k_norm, eps), cos, sin)
@@ -144,9 +147,9 @@ class LlamaModel:
             k_cache.index_copy_(0, batch.write_slots, k)
             v_cache.index_copy_(0, batch.write_slots, v)
             attn = self.attention.attend(plan, q, k, v, k_cache, v_cache, self.scale)  # [R, H, D]
-            x = x + F.linear(attn.reshape(n, heads * dim), layer.o_proj)
-            gate, up = F.linear(rms_norm(x, layer.mlp_norm, eps), layer.gate_up).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer.down)
+            x = x + mm.o_proj(attn.reshape(n, heads * dim))
+            gate, up = mm.gate_up(rms_norm(x, layer.mlp_norm, eps)).chunk(2, dim=-1)
+            x = x + mm.down(F.silu(gate) * up)
             if i in aux_layers:
                 captured[i] = x
         aux = tuple(captured[i] for i in aux_layers)
@@ -160,4 +163,23 @@ class LlamaModel:
     ) -> Tensor:
         """``lm_head(hidden[rows])``: [M, V] float32 (only the requested rows pay the matmul)."""
         h = hidden if rows is None else hidden[rows]
-        return F.linear(h, self.weights.lm_head).float()
+        return self.lm_head(h).float()
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerLinears:
+    """One layer's projections as :class:`Linear` (oneDNN-packed on a float32 CPU)."""
+
+    qkv: Linear
+    o_proj: Linear
+    gate_up: Linear
+    down: Linear
+
+    @staticmethod
+    def of(layer: LayerWeights) -> _LayerLinears:
+        return _LayerLinears(
+            Linear(layer.qkv, layer.qkv_bias),
+            Linear(layer.o_proj),
+            Linear(layer.gate_up),
+            Linear(layer.down),
+        )

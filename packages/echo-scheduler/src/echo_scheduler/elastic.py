@@ -1,0 +1,111 @@
+"""Elastic K: the per-step cost floor on a node's utility, from a verify-cost model and feedback.
+
+A step over B requests that verifies k draft rows emits ``B + G(k)`` tokens in
+``t(B + k) + o`` seconds (``G``: expected accepted drafts, the sum of the selected nodes'
+utilities; ``o``: the step's other work: drafting, selection, acceptance, commit). The step's
+throughput ``R(k) = (B + G(k)) / (t(B + k) + o)`` grows with one more row of utility ``u`` iff
+
+    u >= R * dt,   dt = t(B + k + 1) - t(B + k)   (the row's marginal verify latency)
+
+so ``u_min = R * dt`` is the *cost floor*: nodes below it cost more time than they earn. In the
+same currency one more drafter call (``t_d`` seconds) must promise ``R * t_d`` tokens: the depth
+price. Both change every step with the batch size and the load, which is what makes K elastic:
+at batch 1 on a memory-bound device ``dt`` is tiny and the floor is low; at saturation
+(compute-bound, ``dt ~ t(T)/T``) it rises to about one accepted token per request-row, and a
+policy honouring it (ECHO) stops drafting and decodes plainly.
+
+:class:`ElasticFloor` keeps exponential moving averages (weight ``alpha``) of what the engine
+observes per step: tokens emitted per request ``m``, draft rows verified per request ``v``, the
+other work ``o`` (seconds per step), drafter seconds per drafted depth ``t_d``, and the ratio
+``s`` of measured to modelled verify latency (the model is a profile taken once; ``s`` follows
+contention and drift). For a step over B requests it then evaluates, with ``T = B (1 + v)``:
+
+    R = B m / (s t(T) + o),   dt = s (t(T) - t(B)) / (T - B),   u_min = R dt,
+    depth_price = R t_d,
+
+``dt`` being the mean cost of the draft rows actually verified lately (the secant from plain
+decoding), not the slope at T: verify cost is often concave at small T (on a CPU the first rows
+after one cost the most), so the last row's slope would undercharge. When fewer than one row per
+step was verified lately the secant runs over ``max(1, B)`` rows instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from echo_scheduler.cost import LatencyModel
+from echo_scheduler.errors import CostModelError
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """The cost floor for one step (module docstring)."""
+
+    min_utility: float  # u_min, expected accepted tokens a verified row must bring
+    depth_price: float  # tokens one more drafter call must promise
+    throughput: float  # R, the predicted tokens per second of the step
+
+
+class ElasticFloor:
+    """Moving averages of step feedback and the cost floor they imply (module docstring)."""
+
+    def __init__(self, cost: LatencyModel, alpha: float = 0.2) -> None:
+        if not 0.0 < alpha <= 1.0:
+            raise CostModelError(f"alpha must be in (0, 1], got {alpha}")
+        self.cost = cost
+        self.alpha = alpha
+        self.emitted_per_request = 1.0  # m
+        self.verified_per_request = 0.0  # v
+        self.other_s = 0.0  # o
+        self.draft_s_per_depth = 0.0  # t_d
+        self.verify_scale = 1.0  # s
+        self.steps = 0
+
+    def floor(self, batch_size: int) -> Floor:
+        """u_min, the depth price and R for a step over ``batch_size`` requests."""
+        if batch_size <= 0:
+            return Floor(0.0, 0.0, 0.0)
+        b = float(batch_size)
+        rows = b * (1.0 + self.verified_per_request)
+        verify = self.verify_scale * self.cost.latency_at(rows)
+        rate = b * self.emitted_per_request / max(verify + self.other_s, 1e-9)
+        drafts = rows - b
+        if drafts < 1.0:  # little drafting lately: the first rows' secant
+            drafts = max(1.0, b)
+        plain = self.cost.latency_at(b)
+        marginal = max(self.verify_scale * (self.cost.latency_at(b + drafts) - plain) / drafts, 0.0)
+        return Floor(rate * marginal, rate * self.draft_s_per_depth, rate)
+
+    def observe(
+        self,
+        batch_size: int,
+        verified: int,
+        emitted: int,
+        verify_s: float,
+        other_s: float,
+        draft_s: float,
+        depths: int,
+    ) -> None:
+        """One finished step: B, draft rows verified, tokens emitted, and its phase times."""
+        values = (verify_s, other_s, draft_s)
+        if batch_size <= 0 or min(verified, emitted, depths) < 0:
+            raise CostModelError(
+                f"need batch_size > 0 and counts >= 0, got {batch_size}, {verified}, "
+                f"{emitted}, {depths}"
+            )
+        if not all(math.isfinite(x) and x >= 0 for x in values):
+            raise CostModelError(f"phase times must be finite and >= 0, got {values}")
+        a = 1.0 if self.steps == 0 else self.alpha
+        b = float(batch_size)
+        self.emitted_per_request += a * (emitted / b - self.emitted_per_request)
+        self.verified_per_request += a * (verified / b - self.verified_per_request)
+        self.other_s += a * (other_s - self.other_s)
+        predicted = self.cost.latency_at(b + verified)
+        if predicted > 0 and verify_s > 0:
+            self.verify_scale += a * (verify_s / predicted - self.verify_scale)
+        if depths > 0:
+            per_depth = draft_s / depths
+            first = self.draft_s_per_depth == 0.0
+            self.draft_s_per_depth += (1.0 if first else a) * (per_depth - self.draft_s_per_depth)
+        self.steps += 1

@@ -1,0 +1,91 @@
+"""The elastic cost floor: piecewise-linear verify profiles and the per-step floor."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from echo_scheduler.cost import ProfileCost, VerifyCostModel
+from echo_scheduler.elastic import ElasticFloor
+from echo_scheduler.errors import CostModelError, PolicyError
+from echo_scheduler.interface import StepBatch
+
+
+def test_profile_interpolates_and_extends_the_last_slope() -> None:
+    cost = ProfileCost((1.0, 4.0, 8.0), (0.020, 0.026, 0.030))
+    assert cost.latency_at(0.0) == 0.020  # flat below the first point
+    assert cost.latency_at(1.0) == pytest.approx(0.020)
+    assert cost.latency_at(2.5) == pytest.approx(0.023)
+    assert cost.latency_at(8.0) == pytest.approx(0.030)
+    assert cost.latency_at(12.0) == pytest.approx(0.034)  # 1 ms per row, as 4 -> 8
+
+
+@pytest.mark.parametrize(
+    ("tokens", "seconds"),
+    [((1.0,), (0.1,)), ((1.0, 1.0), (0.1, 0.2)), ((2.0, 1.0), (0.1, 0.2)), ((1.0, 2.0), (0.1,))],
+)
+def test_profile_rejects_bad_points(tokens: tuple[float, ...], seconds: tuple[float, ...]) -> None:
+    with pytest.raises(CostModelError):
+        ProfileCost(tokens, seconds)
+
+
+def test_floor_is_throughput_times_the_mean_cost_of_the_draft_rows() -> None:
+    # t(T) = 20 ms + 2 ms per row; batch 4 that verified 2 draft rows per request and emitted
+    # 1.5 tokens per request, with 10 ms of other work per step.
+    cost = VerifyCostModel(0.020, 0.002, 0.0, 0.0)
+    floor = ElasticFloor(cost)
+    floor.observe(4, verified=8, emitted=6, verify_s=0.044, other_s=0.010, draft_s=0.006, depths=3)
+    got = floor.floor(4)
+    t = 0.020 + 0.002 * 12  # T = B (1 + v) = 12 rows, as predicted, so the scale stays 1
+    rate = 4 * 1.5 / (t + 0.010)
+    assert got.throughput == pytest.approx(rate)
+    assert got.min_utility == pytest.approx(rate * 0.002)
+    assert got.depth_price == pytest.approx(rate * 0.002)  # 6 ms over 3 depths
+
+
+def test_floor_follows_a_slower_machine_through_the_verify_scale() -> None:
+    cost = VerifyCostModel(0.020, 0.002, 0.0, 0.0)
+    floor = ElasticFloor(cost, alpha=1.0)
+    before = floor.floor(2).min_utility
+    floor.observe(
+        2,
+        verified=0,
+        emitted=2,
+        verify_s=2 * cost.latency_at(2),
+        other_s=0.0,
+        draft_s=0.0,
+        depths=0,
+    )
+    after = floor.floor(2)
+    # twice the latency: half the throughput, twice the marginal cost -> the same floor
+    assert after.min_utility == pytest.approx(before)
+    assert after.throughput == pytest.approx(2 / (2 * cost.latency_at(2)))
+
+
+def test_a_concave_profile_charges_the_first_rows_their_real_cost() -> None:
+    # 1 row 20 ms, 2 rows 30 ms, then 1 ms per row: the slope at T would say 1 ms
+    cost = ProfileCost((1.0, 2.0, 16.0), (0.020, 0.030, 0.044))
+    floor = ElasticFloor(cost)
+    floor.observe(1, verified=1, emitted=2, verify_s=0.030, other_s=0.0, draft_s=0.0, depths=1)
+    got = floor.floor(1)
+    assert got.min_utility == pytest.approx(got.throughput * 0.010)
+
+
+def test_bad_feedback_is_rejected() -> None:
+    floor = ElasticFloor(VerifyCostModel(0.02, 0.001, 0.0, 0.0))
+    with pytest.raises(CostModelError):
+        floor.observe(0, 1, 1, 0.1, 0.0, 0.0, 1)
+    with pytest.raises(CostModelError):
+        floor.observe(1, 1, 1, math.nan, 0.0, 0.0, 1)
+    with pytest.raises(CostModelError):
+        ElasticFloor(VerifyCostModel(0.02, 0.001, 0.0, 0.0), alpha=0.0)
+    assert floor.floor(0).min_utility == 0.0
+
+
+@pytest.mark.parametrize(("floor", "price"), [(-0.1, None), (math.inf, None), (0.1, -1.0)])
+def test_step_batch_rejects_a_bad_floor(floor: float, price: float | None) -> None:
+    caps = torch.ones(2, dtype=torch.int64)
+    with pytest.raises(PolicyError):
+        StepBatch(2, 4, caps, min_utility=floor, depth_price=price)

@@ -1,0 +1,52 @@
+"""The oneDNN-packed projection against ``F.linear``, and its fallbacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from echo_server.model.linear import Linear, packing_available
+
+
+def _weights(out: int = 96, inp: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(out, inp, generator=g) * 0.1, torch.randn(out, generator=g)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2, 5, 17])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_matches_f_linear_up_to_rounding(rows: int, with_bias: bool) -> None:
+    w, b = _weights()
+    bias = b if with_bias else None
+    x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(1))
+    got = Linear(w, bias)(x)
+    assert got.shape == (rows, 96)
+    torch.testing.assert_close(got, F.linear(x, w, bias), atol=1e-5, rtol=1e-5)
+
+
+def test_rows_do_not_depend_on_the_other_rows_beyond_one() -> None:
+    w, _ = _weights(256, 128)
+    lin = Linear(w)
+    x = torch.randn(9, 128, generator=torch.Generator().manual_seed(2))
+    full = lin(x)
+    for m in (2, 4, 8):
+        assert torch.equal(lin(x[:m]), full[:m])
+
+
+def test_non_contiguous_input_is_accepted() -> None:
+    w, _ = _weights()
+    x = torch.randn(64, 6, generator=torch.Generator().manual_seed(3)).t()  # [6, 64] strided
+    torch.testing.assert_close(Linear(w)(x), F.linear(x, w), atol=1e-5, rtol=1e-5)
+
+
+def test_packs_float32_cpu_weights_only_and_can_be_turned_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    w, _ = _weights()
+    assert packing_available(w) == torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+    assert not packing_available(w.to(torch.bfloat16))
+    assert Linear(w.to(torch.bfloat16)).packed is None
+    monkeypatch.setenv("ECHO_PACKED_LINEAR", "0")
+    assert not packing_available(w)
+    assert Linear(w).packed is None
