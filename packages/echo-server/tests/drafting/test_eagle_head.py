@@ -65,3 +65,23 @@ def test_default_config_for_smollm2_is_about_4m_parameters() -> None:
     cfg = default_config(576, 49152, 8192)
     assert (cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size) == (9, 3, 1536)
     assert 4.0e6 < EagleHead(cfg).num_parameters() < 4.5e6
+
+
+def test_packed_inference_matches_the_module_path() -> None:
+    torch.manual_seed(0)
+    head = EagleHead(default_config(128, 300, 50)).eval()
+    head.attach_target(torch.randn(300, 128), torch.randn(300, 128))
+    feats, toks, pos = torch.randn(5, 128), torch.randint(0, 300, (5,)), torch.arange(5)
+
+    def run() -> torch.Tensor:
+        with torch.no_grad():
+            x = head.fuse(feats, toks)
+            q, _, _ = head.project(x, pos)
+            return head.logits(head.finish(x, q.reshape(5, -1)))
+
+    plain = run()
+    if not head.pack_for_inference():
+        pytest.skip("oneDNN packing is not available here")
+    torch.testing.assert_close(run(), plain, atol=1e-4, rtol=1e-4)
+    head.unpack()
+    assert torch.equal(run(), plain)

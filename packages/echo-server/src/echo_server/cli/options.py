@@ -13,7 +13,7 @@ from echo_gating.policy import GateMode, GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.interface import Policy
 from echo_scheduler.policies import make_policy
-from echo_server.assets import DEFAULT_GATE
+from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD
 from echo_server.drafting import NgramDrafter
 from echo_server.drafting.base import Drafter
 from echo_server.drafting.eagle_drafter import eagle_drafter_for
@@ -64,7 +64,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         choices=DRAFTER_CHOICES,
         default="auto",
         help="eagle: the EAGLE-style head (--head, default: the shipped SmolLM2 head and its "
-        "calibrated gate); ngram: prompt lookup; auto: eagle when --head is given, else ngram",
+        "calibrated gate); ngram: prompt lookup; auto: eagle for the embedded model or a given "
+        "--head, else ngram",
     )
     g.add_argument("--head", type=Path, default=None, help="EAGLE draft head (.safetensors)")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -117,10 +118,12 @@ def drafter_name(args: argparse.Namespace) -> str:
     choice = getattr(args, "drafter", "auto")
     if choice != "auto":
         return str(choice)
-    # The shipped SmolLM2 head (assets/DATA_CARD.md) is still slower than plain decoding on
-    # the CPU (0.79x at batch 1), the n-gram drafter is not: auto takes the head only when one is
-    # given explicitly with --head.
-    return "eagle" if getattr(args, "head", None) is not None else "ngram"
+    # The shipped head fits the embedded SmolLM2 target only: auto takes it (with its calibrated
+    # gate) for the embedded model, a --head when given, and prompt lookup otherwise.
+    if getattr(args, "head", None) is not None:
+        return "eagle"
+    embedded = getattr(args, "model", None) is None
+    return "eagle" if embedded and DEFAULT_HEAD.is_file() else "ngram"
 
 
 def build_policy(cli_name: str, args: argparse.Namespace) -> Policy:

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from echo_server.model.linear import Linear, packing_available
+
 HEAD_FORMAT = "echo-eagle-head/1"
 
 
@@ -116,6 +118,7 @@ class EagleHead(nn.Module):
         # Target rows, attached by attach_target (not saved with the head).
         self.register_buffer("embed", torch.zeros(0, h), persistent=False)
         self.register_buffer("out_rows", torch.zeros(0, h), persistent=False)
+        self._packed: _PackedHead | None = None  # inference-only packed projections
 
     # -- target rows --------------------------------------------------------------------------
 
@@ -136,6 +139,26 @@ class EagleHead(nn.Module):
     def attached(self) -> bool:
         return self.embed.shape[0] > 0
 
+    def pack_for_inference(self) -> bool:
+        """Serve the projections through oneDNN-packed weights (model/linear.py); training
+        (autograd) keeps ``nn.Linear``. Only float32 CPU heads pack; returns whether it did.
+        Call again after changing the weights, :meth:`unpack` to drop the packed copies."""
+        if not self.attached or not packing_available(self.fc.weight):
+            self.unpack()
+            return False
+        self._packed = _PackedHead(
+            Linear(self.fc.weight.detach(), self.fc.bias.detach()),
+            Linear(self.qkv.weight.detach()),
+            Linear(self.o_proj.weight.detach()),
+            Linear(self.gate_up.weight.detach()),
+            Linear(self.down.weight.detach()),
+            Linear(self.out_rows.detach()),
+        )
+        return True
+
+    def unpack(self) -> None:
+        self._packed = None
+
     # -- the row pipeline ---------------------------------------------------------------------
 
     def fuse(
@@ -146,13 +169,19 @@ class EagleHead(nn.Module):
         """The decoder layer's input ``fc([rms(f); rms(e(x))])``: [..., H]."""
         emb = self.embed[token]
         fused = torch.cat([self.feature_norm(feature), self.token_norm(emb)], dim=-1)
+        if self._packed is not None:
+            return self._packed.fc(fused.reshape(-1, fused.shape[-1])).reshape(
+                *fused.shape[:-1], -1
+            )
         return F.linear(fused, self.fc.weight, self.fc.bias)
 
     def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q [..., Hq, D], k and v [..., Hkv, D] of rows ``x`` [..., H] at ``positions``."""
         c = self.config
         q_out, kv_out = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        qkv = self.qkv(self.attn_norm(x))
+        normed = self.attn_norm(x)
+        packed = self._packed is not None and normed.dim() == 2
+        qkv = self._packed.qkv(normed) if packed and self._packed else self.qkv(normed)
         q, k, v = qkv.split([q_out, kv_out, kv_out], dim=-1)
         lead = x.shape[:-1]
         q = rope(q.reshape(*lead, c.num_heads, c.head_dim), positions, c.rope_theta)
@@ -161,6 +190,12 @@ class EagleHead(nn.Module):
 
     def finish(self, x: Tensor, attn: Tensor) -> Tensor:
         """Residual, MLP, final norm: the predicted feature [..., H] from ``attn`` [..., Hq*D]."""
+        p = self._packed
+        if p is not None and x.dim() == 2:
+            h = x + p.o_proj(attn)
+            gate, up = p.gate_up(self.mlp_norm(h)).chunk(2, dim=-1)
+            packed: Tensor = self.final_norm(h + p.down(F.silu(gate) * up))
+            return packed
         h = x + self.o_proj(attn)
         gate, up = self.gate_up(self.mlp_norm(h)).chunk(2, dim=-1)
         out: Tensor = self.final_norm(h + self.down(F.silu(gate) * up))
@@ -168,6 +203,8 @@ class EagleHead(nn.Module):
 
     def logits(self, feature: Tensor) -> Tensor:
         """Draft-vocabulary logits [..., V_d] of predicted features [..., H]."""
+        if self._packed is not None and feature.dim() == 2:
+            return self._packed.logits(feature)
         return feature @ self.out_rows.T
 
     def target_ids(self, draft_index: Tensor) -> Tensor:
@@ -196,3 +233,15 @@ def default_config(
         target_vocab_size=target_vocab_size,
         target=target,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _PackedHead:
+    """The head's projections for inference (:meth:`EagleHead.pack_for_inference`)."""
+
+    fc: Linear
+    qkv: Linear
+    o_proj: Linear
+    gate_up: Linear
+    down: Linear
+    logits: Linear
