@@ -17,6 +17,7 @@ from echo_server.cli.options import gate_for
 from echo_server.drafting import NgramDrafter
 from echo_server.drafting.base import Drafter
 from echo_server.drafting.eagle_drafter import eagle_drafter_for
+from echo_server.drafting.mixture import MixtureDrafter
 from echo_server.engine import Engine, EngineConfig, GenerationRequest
 from echo_server.engine.verify import prefill
 from echo_server.model.loader import LoadedModel
@@ -32,11 +33,19 @@ def _prompts() -> list[Prompt]:
 
 
 def _generate(
-    loaded: LoadedModel, policy: str, prompts: list[Prompt], max_batch: int, eagle: bool = False
+    loaded: LoadedModel,
+    policy: str,
+    prompts: list[Prompt],
+    max_batch: int,
+    eagle: bool = False,
+    with_ngram: bool = False,
 ) -> list[list[int]]:
-    """Greedy outputs; ``eagle``: the shipped head + its calibrated gate, elastic K on."""
+    """Greedy outputs; ``eagle``: the shipped head + its calibrated gate, elastic K on
+    (``with_ngram``: in union with prompt lookup)."""
     gate = gate_for(policy, DEFAULT_GATE if eagle else None, 8)
     drafter: Drafter = eagle_drafter_for(loaded.model) if eagle else NgramDrafter()
+    if with_ngram:
+        drafter = MixtureDrafter(drafter, NgramDrafter())
     engine = Engine(
         loaded.model,
         loaded.tokenizer,
@@ -83,10 +92,11 @@ def test_greedy_output_equals_plain_decoding(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("max_batch", [1, 4])
+@pytest.mark.parametrize("with_ngram", [False, True])
 def test_elastic_echo_with_the_shipped_head_equals_plain_decoding(
-    smollm: LoadedModel, plain_outputs: list[list[int]], max_batch: int
+    smollm: LoadedModel, plain_outputs: list[list[int]], max_batch: int, with_ngram: bool
 ) -> None:
-    _check_lossless(smollm, plain_outputs, "echo", max_batch, eagle=True)
+    _check_lossless(smollm, plain_outputs, "echo", max_batch, eagle=True, with_ngram=with_ngram)
 
 
 def _check_lossless(
@@ -95,9 +105,10 @@ def _check_lossless(
     policy: str,
     max_batch: int,
     eagle: bool,
+    with_ngram: bool = False,
 ) -> None:
     prompts = _prompts()
-    outputs = _generate(smollm, policy, prompts, max_batch, eagle)
+    outputs = _generate(smollm, policy, prompts, max_batch, eagle, with_ngram)
     near_ties = []
     for prompt, ref, got in zip(prompts, plain_outputs, outputs, strict=True):
         if ref == got:

@@ -17,6 +17,7 @@ from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD
 from echo_server.drafting import NgramDrafter
 from echo_server.drafting.base import Drafter
 from echo_server.drafting.eagle_drafter import eagle_drafter_for
+from echo_server.drafting.mixture import MixtureDrafter
 from echo_server.engine import Engine, EngineConfig
 from echo_server.model.kernels_attention import KernelsAttention
 from echo_server.model.loader import LoadedModel, load_model
@@ -33,7 +34,7 @@ POLICY_CHOICES = (
     "echo-dense",
     "echo-fixed",
 )
-DRAFTER_CHOICES = ("auto", "eagle", "ngram")
+DRAFTER_CHOICES = ("auto", "eagle", "ngram", "eagle+ngram")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FIXED_THRESHOLD = 0.3
 """Threshold of the one-threshold ablation when no calibrated policy is given."""
@@ -64,7 +65,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         choices=DRAFTER_CHOICES,
         default="auto",
         help="eagle: the EAGLE-style head (--head, default: the shipped SmolLM2 head and its "
-        "calibrated gate); ngram: prompt lookup; auto: eagle for the embedded model or a given "
+        "calibrated gate); ngram: prompt lookup; eagle+ngram: the union of both per node "
+        "(drafting/mixture.py); auto: eagle for the embedded model or a given "
         "--head, else ngram",
     )
     g.add_argument("--head", type=Path, default=None, help="EAGLE draft head (.safetensors)")
@@ -132,16 +134,19 @@ def build_policy(cli_name: str, args: argparse.Namespace) -> Policy:
     )
     name = policy_name(cli_name)
     gate_file = args.gate
-    shipped_head = drafter_name(args) == "eagle" and getattr(args, "head", None) is None
+    uses_head = drafter_name(args) in ("eagle", "eagle+ngram")
+    shipped_head = uses_head and getattr(args, "head", None) is None
     if gate_file is None and shipped_head and DEFAULT_GATE.is_file():
         gate_file = DEFAULT_GATE  # the shipped head's calibrated gate
     return make_policy(name, cfg, gate_for(name, gate_file, cfg.max_depth))
 
 
 def build_drafter(args: argparse.Namespace, loaded: LoadedModel) -> Drafter:
-    if drafter_name(args) == "eagle":
-        return eagle_drafter_for(loaded.model, getattr(args, "head", None))
-    return NgramDrafter()
+    name = drafter_name(args)
+    if name == "ngram":
+        return NgramDrafter()
+    head = eagle_drafter_for(loaded.model, getattr(args, "head", None))
+    return MixtureDrafter(head, NgramDrafter()) if name == "eagle+ngram" else head
 
 
 def load(args: argparse.Namespace) -> LoadedModel:

@@ -27,7 +27,9 @@ import structlog
 import torch
 from torch import Tensor
 
+from echo_core.acceptance import AcceptResult
 from echo_core.sampling import target_probs
+from echo_core.tree import TreeBatch
 from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.interface import Policy, StepBatch, StepOutcome
 from echo_server.drafting.base import Drafter
@@ -43,9 +45,9 @@ from echo_server.engine.request import (
     RequestState,
     StepEvent,
 )
-from echo_server.engine.verify import accept, feedback, prefill, verify_pass
+from echo_server.engine.verify import PassOutput, accept, feedback, prefill, verify_pass
 from echo_server.kv.commit import commit_verified, kept_rows
-from echo_server.kv.pool import KVPool
+from echo_server.kv.pool import KVPool, RequestHandle
 from echo_server.model.llama import LlamaModel
 from echo_server.model.tokenizer import Tokenizer
 
@@ -179,38 +181,86 @@ class Engine:
         events = self._admit_and_prefill()
         batch = [s for s in self.running if s.phase is Phase.RUNNING]
         if batch:
-            events += self._decode_step(batch)
+            events += self._decode_isolated(batch)
         return events
 
-    def _decode_step(self, batch: list[RequestState]) -> list[StepEvent]:
-        timer = StepTimer()
-        self.drafter.begin_step([s.context for s in batch], [s.request_id for s in batch])
-        # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
-        caps = torch.tensor([max(s.remaining - 1, 0) for s in batch], dtype=torch.int64)
-        greedy = torch.tensor([s.params.is_greedy for s in batch], dtype=torch.bool)
-        floor = self.elastic.floor(len(batch)) if self.elastic is not None else None
-        step = StepBatch(
-            len(batch),
-            self.budget_k(len(batch)),
-            caps,
-            greedy,
-            min_utility=floor.min_utility if floor is not None else 0.0,
-            depth_price=floor.depth_price if floor is not None else None,
+    def _decode_isolated(self, batch: list[RequestState]) -> list[StepEvent]:
+        """One decode step; if it fails before committing anything, find who made it fail.
+
+        The speculative half of a step (draft, verify, accept) changes no request state and
+        returns its KV slots on failure, so it can be retried: each request then runs its own
+        step, and only those whose own step fails finish with ``FinishReason.ERROR`` (the error
+        text in their event); the rest lose nothing. A failure while committing or emitting is
+        re-raised: request state may be half-updated there (the caller fails the batch).
+        """
+        try:
+            return self._decode_step(batch)
+        except _SpeculationError as failed:
+            if len(batch) == 1:
+                return [self._fail(batch[0], failed.__cause__ or failed)]
+            log.warning("step_failed_isolating", batch=len(batch), error=str(failed.__cause__))
+        events: list[StepEvent] = []
+        for state in batch:
+            try:
+                events += self._decode_step([state])
+            except _SpeculationError as failed:
+                events.append(self._fail(state, failed.__cause__ or failed))
+        return events
+
+    def _fail(self, state: RequestState, error: BaseException) -> StepEvent:
+        """Finish ``state`` with ERROR because its own step failed."""
+        log.error("request_step_failed", request_id=state.request_id, error=repr(error))
+        self._finish(state, FinishReason.ERROR)
+        return StepEvent(
+            state.request_id, (), "", FinishReason.ERROR, f"decode step failed: {error!r}"
         )
-        drafted = draft_and_select(self.policy, self.drafter, step, self.config.max_depth)
-        tree = drafted.tree
-        timer.mark("draft")
 
-        handles = [s.kv for s in batch if s.kv is not None]
-        roots = torch.tensor([s.root for s in batch], dtype=torch.int64)
-        out = verify_pass(self.model, self.kv, handles, roots, tree, self.drafter.aux_layers)
-        timer.mark("verify")
+    def _decode_step(self, batch: list[RequestState]) -> list[StepEvent]:
+        """Draft, verify and accept (:meth:`_speculate`), then commit and emit."""
+        return self._commit_and_emit(batch, self._speculate(batch))
 
-        result = accept(tree, out.logits, batch)
-        timer.mark("accept")
+    def _speculate(self, batch: list[RequestState]) -> _Speculation:
+        """The step's first half; on any error its KV slots are returned and
+        :class:`_SpeculationError` is raised, with no request state changed."""
+        timer = StepTimer()
+        slots: Tensor | None = None
+        try:
+            self.drafter.begin_step([s.context for s in batch], [s.request_id for s in batch])
+            # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
+            caps = torch.tensor([max(s.remaining - 1, 0) for s in batch], dtype=torch.int64)
+            greedy = torch.tensor([s.params.is_greedy for s in batch], dtype=torch.bool)
+            floor = self.elastic.floor(len(batch)) if self.elastic is not None else None
+            step = StepBatch(
+                len(batch),
+                self.budget_k(len(batch)),
+                caps,
+                greedy,
+                min_utility=floor.min_utility if floor is not None else 0.0,
+                depth_price=floor.depth_price if floor is not None else None,
+            )
+            drafted = draft_and_select(self.policy, self.drafter, step, self.config.max_depth)
+            timer.mark("draft")
 
+            handles = [s.kv for s in batch if s.kv is not None]
+            roots = torch.tensor([s.root for s in batch], dtype=torch.int64)
+            out = verify_pass(
+                self.model, self.kv, handles, roots, drafted.tree, self.drafter.aux_layers
+            )
+            slots = out.slots
+            timer.mark("verify")
+
+            result = accept(drafted.tree, out.logits, batch)
+            timer.mark("accept")
+        except Exception as exc:
+            if slots is not None:
+                self.kv.free(slots)
+            raise _SpeculationError(f"{type(exc).__name__}: {exc}") from exc
+        return _Speculation(timer, drafted.tree, drafted.depths, handles, out, result)
+
+    def _commit_and_emit(self, batch: list[RequestState], spec: _Speculation) -> list[StepEvent]:
+        timer, tree, out, result = spec.timer, spec.tree, spec.out, spec.result
         commit_verified(
-            self.kv, handles, tree, out.slots, result.accepted_nodes, result.num_accepted
+            self.kv, spec.handles, tree, out.slots, result.accepted_nodes, result.num_accepted
         )
         keep = kept_rows(tree, result.accepted_nodes, result.num_accepted)
         ids = [s.request_id for s in batch]
@@ -230,23 +280,24 @@ class Engine:
                 self._finish(state, event.finish_reason)
             events.append(event)
         timer.mark("emit")
+        emitted_total = sum(len(e.token_ids) for e in events)
         if self.elastic is not None:
             sec = timer.seconds
             self.elastic.observe(
                 len(batch),
                 verified=tree.num_nodes,
-                emitted=sum(len(e.token_ids) for e in events),
+                emitted=emitted_total,
                 verify_s=sec["verify"],
                 other_s=sum(sec.values()) - sec["verify"],
                 draft_s=sec["draft"],
-                depths=drafted.depths,
+                depths=spec.depths,
             )
         self.metrics.record_step(
             tree,
             result,
             timer,
-            emitted=sum(len(e.token_ids) for e in events),
-            request_ids=[s.request_id for s in batch],
+            emitted=emitted_total,
+            request_ids=ids,
             request_steps=[s.steps for s in batch],
         )
         return events
@@ -332,3 +383,19 @@ class Engine:
         if request.chat and self.tokenizer.has_chat_template:
             return self.tokenizer.apply_chat_template([{"role": "user", "content": request.prompt}])
         return self.tokenizer.encode(request.prompt)
+
+
+class _SpeculationError(RuntimeError):
+    """A step failed before committing anything (its cause chained); safe to retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Speculation:
+    """What a step's first half hands to commit and emit."""
+
+    timer: StepTimer
+    tree: TreeBatch
+    depths: int
+    handles: list[RequestHandle]
+    out: PassOutput
+    result: AcceptResult

@@ -80,11 +80,15 @@ def verify_pass(
     tokens[node_rows(tree)] = tree.token
     rows = (tree.nodes_per_request() + 1).tolist()
     slots = kv.allocate(b + n)
-    batch = kv.attention_batch(handles, rows, slots, tree_row_mask(tree))
-    positions = verify_positions(tree, batch.cache_len)
-    tokens = tokens.to(model.device)
-    out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
-    logits = model.logits(out.hidden)
+    try:
+        batch = kv.attention_batch(handles, rows, slots, tree_row_mask(tree))
+        positions = verify_positions(tree, batch.cache_len)
+        tokens = tokens.to(model.device)
+        out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
+        logits = model.logits(out.hidden)
+    except BaseException:
+        kv.free(slots)  # nothing was committed: the slots go back
+        raise
     return PassOutput(logits, tokens, positions, batch.cu_rows, out.hidden, out.aux, slots)
 
 

@@ -30,7 +30,7 @@ from echo_core.errors import EchoError
 from echo_gating.policy import GatePolicy
 from echo_gating.records import RecordSet, RecordWriter
 from echo_scheduler.policies.echo import EchoPolicy
-from echo_server.engine import Engine, GenerationRequest, StepEvent
+from echo_server.engine import Engine, FinishReason, GenerationRequest, StepEvent
 from echo_server.grpc.errors import DuplicateRequestError, QueueFullError, ShuttingDownError
 from echo_server.grpc.node_stats import NodeSnapshot, StatsWindow, StepReport
 from echo_server.grpc.request_items import (
@@ -270,7 +270,11 @@ class EngineThread:
             flight.queue_ms = (step_start - flight.arrival) * 1000
         if event.token_ids or event.text:
             self._post(event.request_id, Delta(event.token_ids, event.text))
-        if event.finish_reason is not None:
+        if event.finish_reason is FinishReason.ERROR:  # its own step failed, others went on
+            self.engine.pop_finished(event.request_id)
+            self._timing.pop(event.request_id, None)
+            self._post(event.request_id, Rejected(RuntimeError(event.error or "step failed")))
+        elif event.finish_reason is not None:
             self._finish(event.request_id)
 
     def _finish(self, request_id: str) -> None:
