@@ -4,6 +4,8 @@
   train-draft``) and its config;
 - ``smollm2-135m-eagle.gate.json``: the calibrated GatePolicy (``echo-sd calibrate``);
 - ``smollm2-135m-eagle.confidence.png``: per-depth confidence histograms from the calibration;
+- ``smollm2-135m-eagle-ngram.gate.json`` / ``.confidence.png``: the same for the head in union
+  with prompt lookup (``echo-sd calibrate --with-ngram``, drafting/mixture.py);
 - ``DATA_CARD.md``: the training data, steps, wall time and measured quality.
 """
 
@@ -15,4 +17,6 @@ ASSETS = Path(__file__).resolve().parent
 DEFAULT_HEAD = ASSETS / "smollm2-135m-eagle.safetensors"
 DEFAULT_GATE = ASSETS / "smollm2-135m-eagle.gate.json"
 DEFAULT_HISTOGRAM = ASSETS / "smollm2-135m-eagle.confidence.png"
+MIXTURE_GATE = ASSETS / "smollm2-135m-eagle-ngram.gate.json"
+MIXTURE_HISTOGRAM = ASSETS / "smollm2-135m-eagle-ngram.confidence.png"
 DATA_CARD = ASSETS / "DATA_CARD.md"

@@ -17,9 +17,18 @@ from typing import Any
 import torch
 
 from echo_gating.calibrate import CalibrationConfig, calibration_report
-from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD, DEFAULT_HISTOGRAM
+from echo_server.assets import (
+    DEFAULT_GATE,
+    DEFAULT_HEAD,
+    DEFAULT_HISTOGRAM,
+    MIXTURE_GATE,
+    MIXTURE_HISTOGRAM,
+)
+from echo_server.drafting import NgramDrafter
+from echo_server.drafting.base import Drafter
 from echo_server.drafting.eagle_checkpoint import load_head
 from echo_server.drafting.eagle_drafter import EagleDrafter
+from echo_server.drafting.mixture import MixtureDrafter
 from echo_server.model.loader import load_model
 from echo_server.training.calibration import (
     calibration_prompts,
@@ -32,8 +41,13 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("calibrate", help="warm-up records -> calibrated GatePolicy + histograms")
     p.add_argument("--model", default=None, help="GGUF file or HF directory (default: embedded)")
     p.add_argument("--head", type=Path, default=DEFAULT_HEAD, help="draft head (.safetensors)")
-    p.add_argument("--out", type=Path, default=DEFAULT_GATE, help="GatePolicy JSON")
-    p.add_argument("--png", type=Path, default=DEFAULT_HISTOGRAM, help="histogram PNG")
+    p.add_argument(
+        "--with-ngram",
+        action="store_true",
+        help="calibrate the head in union with prompt lookup (--drafter eagle+ngram)",
+    )
+    p.add_argument("--out", type=Path, default=None, help="GatePolicy JSON (default: shipped)")
+    p.add_argument("--png", type=Path, default=None, help="histogram PNG (default: shipped)")
     p.add_argument("--records", type=Path, default=None, help="also save the warm-up records")
     p.add_argument("--prompts", type=int, default=32, help="warm-up prompts (not benchmark)")
     p.add_argument("--max-tokens", type=int, default=96)
@@ -49,11 +63,19 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.model)
     weights = loaded.model.weights
     head = load_head(args.head, weights.embed, weights.lm_head)
-    meta = {"target": loaded.source.name, "drafter": f"eagle:{Path(args.head).name}"}
+    drafter: Drafter = EagleDrafter(head)
+    name = f"eagle:{Path(args.head).name}"
+    if args.with_ngram:
+        drafter, name = MixtureDrafter(drafter, NgramDrafter()), f"{name}+ngram"
+    if args.out is None:
+        args.out = MIXTURE_GATE if args.with_ngram else DEFAULT_GATE
+    if args.png is None:
+        args.png = MIXTURE_HISTOGRAM if args.with_ngram else DEFAULT_HISTOGRAM
+    meta = {"target": loaded.source.name, "drafter": name}
     start = time.perf_counter()
     records = warmup_records(
         loaded,
-        EagleDrafter(head),
+        drafter,
         calibration_prompts(args.prompts, args.seed),
         max_tokens=args.max_tokens,
         max_batch=args.max_batch,

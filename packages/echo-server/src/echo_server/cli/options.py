@@ -13,7 +13,7 @@ from echo_gating.policy import GateMode, GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.interface import Policy
 from echo_scheduler.policies import make_policy
-from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD
+from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD, MIXTURE_GATE
 from echo_server.drafting import NgramDrafter
 from echo_server.drafting.base import Drafter
 from echo_server.drafting.eagle_drafter import eagle_drafter_for
@@ -66,7 +66,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="eagle: the EAGLE-style head (--head, default: the shipped SmolLM2 head and its "
         "calibrated gate); ngram: prompt lookup; eagle+ngram: the union of both per node "
-        "(drafting/mixture.py); auto: eagle for the embedded model or a given "
+        "(drafting/mixture.py); auto: eagle+ngram for the embedded model, eagle for a given "
         "--head, else ngram",
     )
     g.add_argument("--head", type=Path, default=None, help="EAGLE draft head (.safetensors)")
@@ -120,12 +120,13 @@ def drafter_name(args: argparse.Namespace) -> str:
     choice = getattr(args, "drafter", "auto")
     if choice != "auto":
         return str(choice)
-    # The shipped head fits the embedded SmolLM2 target only: auto takes it (with its calibrated
-    # gate) for the embedded model, a --head when given, and prompt lookup otherwise.
+    # The shipped head fits the embedded SmolLM2 target only: auto takes it in union with prompt
+    # lookup (and their calibrated gate; the fastest at batch 1, docs/BENCHMARKS.md) for the
+    # embedded model, a given --head alone, and prompt lookup otherwise.
     if getattr(args, "head", None) is not None:
         return "eagle"
     embedded = getattr(args, "model", None) is None
-    return "eagle" if embedded and DEFAULT_HEAD.is_file() else "ngram"
+    return "eagle+ngram" if embedded and DEFAULT_HEAD.is_file() else "ngram"
 
 
 def build_policy(cli_name: str, args: argparse.Namespace) -> Policy:
@@ -136,8 +137,9 @@ def build_policy(cli_name: str, args: argparse.Namespace) -> Policy:
     gate_file = args.gate
     uses_head = drafter_name(args) in ("eagle", "eagle+ngram")
     shipped_head = uses_head and getattr(args, "head", None) is None
-    if gate_file is None and shipped_head and DEFAULT_GATE.is_file():
-        gate_file = DEFAULT_GATE  # the shipped head's calibrated gate
+    if gate_file is None and shipped_head:  # the shipped head's calibrated gate
+        mixture = drafter_name(args) == "eagle+ngram" and MIXTURE_GATE.is_file()
+        gate_file = MIXTURE_GATE if mixture else DEFAULT_GATE if DEFAULT_GATE.is_file() else None
     return make_policy(name, cfg, gate_for(name, gate_file, cfg.max_depth))
 
 
