@@ -18,6 +18,7 @@ from echo_scheduler.ranking import (
 )
 
 FAST = settings(max_examples=40, deadline=None)
+THOROUGH = settings(max_examples=400, deadline=None)
 
 
 def _pool(seed: int, batch: int, nodes: int) -> TreeBatch:
@@ -49,7 +50,7 @@ def _greedy(
     return taken
 
 
-@FAST
+@THOROUGH
 @given(
     seed=st.integers(0, 10_000),
     batch=st.integers(0, 5),
@@ -71,6 +72,15 @@ def test_budgeted_select_matches_best_available_greedy(
     expected = _greedy(pool, perm.tolist(), eligible, cap, budget)
     assert set(keep.nonzero().flatten().tolist()) == expected
     select_nodes(pool, keep).validate()
+
+
+def test_budgeted_select_follows_the_greedy_past_a_tied_path_maximum() -> None:
+    # a (pos 20) -> b (12), c (14), d (3); b -> e (9): the path maximum ties a, b, c, d, e at 20,
+    # the greedy takes a, d, b, e (e's 9 beats c's 14)
+    pool = make_tree([[(1, -1, -0.1), (2, 0, -0.1), (3, 0, -0.1), (4, 0, -0.1), (5, 1, -0.1)]])
+    pos = torch.tensor([4, 2, 3, 0, 1])  # a strict priority with the same relative order
+    keep = budgeted_select(pool, pos, torch.ones(5, dtype=torch.bool), torch.tensor([10]), budget=4)
+    assert keep.tolist() == [True, True, False, True, True]
 
 
 @FAST

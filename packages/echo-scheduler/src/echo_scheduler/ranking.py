@@ -3,13 +3,15 @@
 The central one is :func:`budgeted_select`: given a strict priority order over the pool's nodes,
 take nodes in that order while (a) the node's request has taken fewer than ``cap[b]`` nodes and
 (b) fewer than ``budget`` nodes are taken in total, where a node becomes available only once its
-parent is taken. Vectorised: a node's *effective position* is the latest position on its root path,
-``eff_i = max(pos_i, eff_parent(i))`` (one pass per depth); nodes are then taken in
-``(eff, depth, pos)`` order, which lists every ancestor before its descendants, so any prefix of
-that order, filtered by per-request prefix caps, is ancestor-closed. Worked example: a chain
-a -> b with positions ``pos = [5, 1]`` has ``eff = [5, 5]``; b is deferred until right after a,
-and with budget 1 only a is kept. This equals the sequential rule "repeatedly take the
-best-positioned node whose parent is taken" (tested against it).
+parent is taken: the sequential rule "repeatedly take the best-positioned node whose parent is
+taken" (tested against it). Vectorised: a node's *effective position* is the latest position on
+its root path, ``eff_i = max(pos_i, eff_parent(i))`` (one pass per depth). If ``eff == pos`` for
+every eligible node, ``pos`` already lists ancestors first and is the rule's order; otherwise
+:func:`greedy_order` sorts by each path's record sequence (ties in ``eff`` are broken the way
+the rule breaks them, recursively below the tied ancestor). Any prefix of that order, filtered
+by per-request prefix caps, is ancestor-closed. Worked example: a chain a -> b with positions
+``pos = [5, 1]`` has ``eff = [5, 5]``; b is deferred until right after a, and with budget 1
+only a is kept.
 
 With a key that never increases from parent to child (a path score, or any key passed through
 :func:`monotone_key`) and ties broken by index, plain key order already lists ancestors first, so
@@ -178,13 +180,9 @@ def budgeted_select(
     for idx in ix.by_depth[1:]:
         eff[idx] = torch.maximum(eff[idx], eff[ix.gp[idx]])
     live = eff < n
-    if bool(torch.equal(eff[live], pos[live])):  # already ancestor-consistent: no sort needed
-        order = pos
-    else:  # strict order (eff, depth, pos): every ancestor precedes its descendants
-        depth = torch.empty_like(pos)
-        for d, idx in enumerate(ix.by_depth, start=1):
-            depth[idx] = d
-        order = positions((eff * (len(ix.by_depth) + 1) + depth) * n + pos)
+    # already ancestor-consistent: pos is the greedy's order; else the record keys sort it
+    consistent = bool(torch.equal(eff[live], pos[live]))
+    order = pos if consistent else greedy_order(pos, live, ix)
     sorted_nodes = inverse(order)
     if bool((torch.bincount(ix.req[live], minlength=ix.batch_size) <= cap).all()):
         within = live  # no cap binds
@@ -196,6 +194,45 @@ def budgeted_select(
     by_order = within[sorted_nodes]
     taken = by_order & (torch.cumsum(by_order.to(torch.int64), 0) <= budget)
     return taken[order]
+
+
+def greedy_order(pos: Tensor, live: Tensor, index: PoolIndex) -> Tensor:
+    """Position of every node in the order "repeatedly take the best-positioned node whose parent
+    is taken" (``live`` nodes first, each ancestor-closed; the rest last): [N] int64 permutation.
+
+    Key of a node: the *records* of the priorities on its root path, the entries larger than
+    every entry after them (read root to node: ``p_1 .. p_d``, ``p_i`` is a record iff
+    ``p_i > max(p_{i+1} .. p_d)``), a decreasing sequence; nodes are taken in lexicographic
+    order of these sequences, a prefix before its extensions. Worked example: root ``a`` (pos
+    20) with children ``b`` (12) and ``c`` (14), ``b``'s child ``e`` (9): keys a = (20),
+    b = (20, 12), e = (20, 12, 9), c = (20, 14), so the order is a, b, e, c, which is what the
+    greedy does (after ``a``, ``b`` beats ``c``; then ``e`` (9) beats ``c`` (14)). Sorting by the
+    path maximum alone would tie a, b, c, e and can take ``c`` before ``e``. One stable sort
+    per record column (at most the depth).
+    """
+    n = pos.numel()
+    depth = len(index.by_depth)
+    if n == 0 or depth == 0:
+        return positions(pos)
+    path = torch.full((n, depth), -1, dtype=torch.int64, device=pos.device)
+    for d, idx in enumerate(index.by_depth):
+        if d:
+            path[idx] = path[index.gp[idx]]
+        path[idx, d] = pos[idx]
+    # exclusive suffix maximum along each row: max(p_{i+1} .. p_d), -1 past the end
+    suffix = torch.cummax(path.flip(1), dim=1).values.flip(1)
+    after = torch.cat([suffix[:, 1:], torch.full_like(suffix[:, :1], -1)], dim=1)
+    record = (path >= 0) & (path > after)
+    column = torch.cumsum(record.to(torch.int64), dim=1) - 1
+    width = int(column[:, -1].max()) + 1
+    keys = torch.full((n, width), -1, dtype=torch.int64, device=pos.device)
+    rows = torch.arange(n, device=pos.device)[:, None].expand_as(path)
+    keys[rows[record], column[record]] = path[record]
+    keys[~live, 0] = n  # not taken: after every live node
+    order = torch.arange(n, device=pos.device)
+    for j in reversed(range(width)):
+        order = order[torch.sort(keys[order, j], stable=True).indices]
+    return inverse(order)
 
 
 def path_score(pool: TreeBatch) -> Tensor:
