@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import pytest
-import torch
 
 from echo_core.errors import SamplingParamsError
 from echo_core.sampling import SamplingParams
 from echo_scheduler.policies import make_policy
-from echo_server.drafting import ExpandRequest, NgramDrafter, Proposals
+from echo_server.drafting import Drafter, NgramDrafter
 from echo_server.engine import (
     Engine,
     EngineConfig,
@@ -127,35 +126,9 @@ def test_requests_beyond_the_pool_wait_instead_of_failing(smollm: LoadedModel) -
     assert all(len(o) == 16 for o in outputs.values())
 
 
-class _OutOfVocabDrafter(NgramDrafter):
-    """A drafter with a bug for one request: it proposes a token id the target does not have.
-
-    The target's forward then fails inside the verify pass (an embedding index error), the
-    realistic shape of a drafter bug; every other request is drafted normally.
-    """
-
-    def __init__(self, poisoned_first_token: int) -> None:
-        super().__init__()
-        self.poisoned = poisoned_first_token
-        self._bad: list[bool] = []
-
-    def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
-        super().begin_step(contexts, request_ids)
-        self._bad = [len(c) > 0 and c[0] == self.poisoned for c in contexts]
-
-    def expand(self, nodes: ExpandRequest) -> Proposals:
-        out = super().expand(nodes)
-        bad = [m for m, b in enumerate(nodes.request.tolist()) if self._bad[b]]
-        if not bad:
-            return out
-        return Proposals(
-            source=torch.cat([out.source, torch.tensor(bad[:1])]),
-            token=torch.cat([out.token, torch.tensor([10**7])]),
-            logprob=torch.cat([out.logprob, torch.tensor([0.0])]),
-        )
-
-
-def test_a_request_whose_step_fails_finishes_alone_with_an_error(smollm: LoadedModel) -> None:
+def test_a_request_whose_step_fails_finishes_alone_with_an_error(
+    smollm: LoadedModel, out_of_vocab_drafter: Callable[[int], Drafter]
+) -> None:
     prompts = {"a": (11, 12, 13, 14, 11, 12, 13), "b": (21, 22, 23, 21, 22), "c": (31, 32, 33)}
     params = SamplingParams(0.0, max_tokens=10)
     clean = _run(
@@ -164,7 +137,7 @@ def test_a_request_whose_step_fails_finishes_alone_with_an_error(smollm: LoadedM
     )
     cfg = EngineConfig(budget=16, max_batch=4, kv_slots=4096)
     engine = Engine(
-        smollm.model, smollm.tokenizer, make_policy("echo"), _OutOfVocabDrafter(21), cfg
+        smollm.model, smollm.tokenizer, make_policy("echo"), out_of_vocab_drafter(21), cfg
     )
     for rid, ids in prompts.items():
         engine.submit(GenerationRequest(rid, prompt_ids=ids, params=params))

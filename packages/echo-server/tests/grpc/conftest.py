@@ -15,7 +15,7 @@ from echo_proto.budget.v1 import budget_pb2_grpc
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_proto.serving.v1 import serving_pb2_grpc
 from echo_scheduler.policies import make_policy
-from echo_server.drafting import NgramDrafter
+from echo_server.drafting import Drafter, NgramDrafter
 from echo_server.engine import Engine, EngineConfig
 from echo_server.grpc.calibration_pool import CalibrationPool, PoolConfig
 from echo_server.grpc.controller import SERVICE_NAME as CONTROLLER_SERVICE
@@ -57,13 +57,17 @@ NodeFactory = Callable[..., AbstractAsyncContextManager[InProcessNode]]
 def in_process_node(smollm: LoadedModel) -> NodeFactory:
     @asynccontextmanager
     async def start(
-        max_batch: int = 2, max_waiting: int = 4, token: str | None = None, budget: int = 8
+        max_batch: int = 2,
+        max_waiting: int = 4,
+        token: str | None = None,
+        budget: int = 8,
+        drafter: Drafter | None = None,
     ) -> AsyncIterator[InProcessNode]:
         engine = Engine(
             smollm.model,
             smollm.tokenizer,
             make_policy("echo"),
-            NgramDrafter(),
+            drafter or NgramDrafter(),
             EngineConfig(budget=budget, max_batch=max_batch, kv_slots=2048),
         )
         metrics = NodeMetrics()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -14,6 +15,7 @@ from grpc_reflection.v1alpha import (  # type: ignore[import-untyped]  # no stub
 
 from echo_gating.policy import GatePolicy
 from echo_proto.serving.v1 import serving_pb2 as spb
+from echo_server.drafting import Drafter
 from echo_server.grpc.generation_service import RETRY_PUSHBACK_KEY, SERVICE_NAME
 from echo_server.grpc.security import auth_metadata
 
@@ -222,3 +224,35 @@ def test_health_and_reflection_are_served_and_the_token_is_enforced(
             assert SERVICE_NAME in names
 
     asyncio.run(scenario())
+
+
+def test_a_request_whose_step_fails_gets_an_error_while_the_other_finishes(
+    in_process_node: NodeFactory, out_of_vocab_drafter: Callable[[int], Drafter]
+) -> None:
+    sampling = spb.SamplingParams(max_tokens=6, ignore_eos=True)
+    good = spb.GenerateRequest(
+        request_id="good", token_ids=spb.TokenIds(ids=[31, 32, 33, 31, 32]), sampling=sampling
+    )
+    bad = spb.GenerateRequest(
+        request_id="bad", token_ids=spb.TokenIds(ids=[21, 22, 23, 21, 22]), sampling=sampling
+    )
+
+    async def scenario() -> tuple[spb.GenerateResponse, grpc.aio.AioRpcError]:
+        async with in_process_node(drafter=out_of_vocab_drafter(21)) as node:
+            results = await asyncio.gather(
+                node.stub.Generate(good, timeout=CALL_TIMEOUT_S),
+                node.stub.Generate(bad, timeout=CALL_TIMEOUT_S),
+                return_exceptions=True,
+            )
+            stats = await node.wait_until_idle()
+            assert stats.running == 0
+        answer, failure = results
+        assert isinstance(answer, spb.GenerateResponse), answer
+        assert isinstance(failure, grpc.aio.AioRpcError), failure
+        return answer, failure
+
+    answer, failure = asyncio.run(scenario())
+    assert answer.finish_reason == spb.FINISH_REASON_LENGTH
+    assert len(answer.token_ids) == 6
+    assert failure.code() is grpc.StatusCode.INTERNAL
+    assert "IndexError" in (failure.details() or "")
