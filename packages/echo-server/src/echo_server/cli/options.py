@@ -135,11 +135,11 @@ def build_policy(cli_name: str, args: argparse.Namespace) -> Policy:
     )
     name = policy_name(cli_name)
     gate_file = args.gate
-    uses_head = drafter_name(args) in ("eagle", "eagle+ngram")
-    shipped_head = uses_head and getattr(args, "head", None) is None
+    drafter = drafter_name(args)
+    shipped_head = drafter != "ngram" and getattr(args, "head", None) is None
     if gate_file is None and shipped_head:  # the shipped head's calibrated gate
-        mixture = drafter_name(args) == "eagle+ngram" and MIXTURE_GATE.is_file()
-        gate_file = MIXTURE_GATE if mixture else DEFAULT_GATE if DEFAULT_GATE.is_file() else None
+        shipped = (MIXTURE_GATE, DEFAULT_GATE) if drafter == "eagle+ngram" else (DEFAULT_GATE,)
+        gate_file = next((g for g in shipped if g.is_file()), None)
     return make_policy(name, cfg, gate_for(name, gate_file, cfg.max_depth))
 
 

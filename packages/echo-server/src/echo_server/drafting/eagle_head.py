@@ -18,6 +18,7 @@ stored in the head's checkpoint, so the head file holds only ~4M parameters.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -118,7 +119,7 @@ class EagleHead(nn.Module):
         # Target rows, attached by attach_target (not saved with the head).
         self.register_buffer("embed", torch.zeros(0, h), persistent=False)
         self.register_buffer("out_rows", torch.zeros(0, h), persistent=False)
-        self._packed: _PackedHead | None = None  # inference-only packed projections
+        self._packed: _Projections | None = None  # inference-only packed projections
 
     # -- target rows --------------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ class EagleHead(nn.Module):
         if not self.attached or not packing_available(self.fc.weight):
             self.unpack()
             return False
-        self._packed = _PackedHead(
+        self._packed = _Projections(
             Linear(self.fc.weight.detach(), self.fc.bias.detach()),
             Linear(self.qkv.weight.detach()),
             Linear(self.o_proj.weight.detach()),
@@ -155,6 +156,14 @@ class EagleHead(nn.Module):
             Linear(self.out_rows.detach()),
         )
         return True
+
+    def _projections(self) -> _Projections:
+        """The packed projections when packed, else the modules (autograd-capable)."""
+        if self._packed is not None:
+            return self._packed
+        return _Projections(
+            self.fc, self.qkv, self.o_proj, self.gate_up, self.down, lambda f: f @ self.out_rows.T
+        )
 
     def unpack(self) -> None:
         self._packed = None
@@ -169,20 +178,14 @@ class EagleHead(nn.Module):
         """The decoder layer's input ``fc([rms(f); rms(e(x))])``: [..., H]."""
         emb = self.embed[token]
         fused = torch.cat([self.feature_norm(feature), self.token_norm(emb)], dim=-1)
-        if self._packed is not None:
-            return self._packed.fc(fused.reshape(-1, fused.shape[-1])).reshape(
-                *fused.shape[:-1], -1
-            )
-        return F.linear(fused, self.fc.weight, self.fc.bias)
+        return self._projections().fc(fused)
 
     def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q [..., Hq, D], k and v [..., Hkv, D] of rows ``x`` [..., H] at ``positions``."""
         c = self.config
         q_out, kv_out = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-        normed = self.attn_norm(x)
-        packed = self._packed is not None and normed.dim() == 2
-        qkv = self._packed.qkv(normed) if packed and self._packed else self.qkv(normed)
-        q, k, v = qkv.split([q_out, kv_out, kv_out], dim=-1)
+        qkv = self._projections().qkv(self.attn_norm(x))
+        q, k, v = torch.split(qkv, [q_out, kv_out, kv_out], dim=-1)
         lead = x.shape[:-1]
         q = rope(q.reshape(*lead, c.num_heads, c.head_dim), positions, c.rope_theta)
         k = rope(k.reshape(*lead, c.num_kv_heads, c.head_dim), positions, c.rope_theta)
@@ -190,22 +193,15 @@ class EagleHead(nn.Module):
 
     def finish(self, x: Tensor, attn: Tensor) -> Tensor:
         """Residual, MLP, final norm: the predicted feature [..., H] from ``attn`` [..., Hq*D]."""
-        p = self._packed
-        if p is not None and x.dim() == 2:
-            h = x + p.o_proj(attn)
-            gate, up = p.gate_up(self.mlp_norm(h)).chunk(2, dim=-1)
-            packed: Tensor = self.final_norm(h + p.down(F.silu(gate) * up))
-            return packed
-        h = x + self.o_proj(attn)
-        gate, up = self.gate_up(self.mlp_norm(h)).chunk(2, dim=-1)
-        out: Tensor = self.final_norm(h + self.down(F.silu(gate) * up))
+        p = self._projections()
+        h = x + p.o_proj(attn)
+        gate, up = p.gate_up(self.mlp_norm(h)).chunk(2, dim=-1)
+        out: Tensor = self.final_norm(h + p.down(F.silu(gate) * up))
         return out
 
     def logits(self, feature: Tensor) -> Tensor:
         """Draft-vocabulary logits [..., V_d] of predicted features [..., H]."""
-        if self._packed is not None and feature.dim() == 2:
-            return self._packed.logits(feature)
-        return feature @ self.out_rows.T
+        return self._projections().logits(feature)
 
     def target_ids(self, draft_index: Tensor) -> Tensor:
         """Map draft-vocabulary indices to target token ids (same shape, int64)."""
@@ -235,13 +231,16 @@ def default_config(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class _PackedHead:
-    """The head's projections for inference (:meth:`EagleHead.pack_for_inference`)."""
+Projection = Callable[[Tensor], Tensor]
 
-    fc: Linear
-    qkv: Linear
-    o_proj: Linear
-    gate_up: Linear
-    down: Linear
-    logits: Linear
+
+@dataclass(frozen=True, slots=True)
+class _Projections:
+    """The head's projections: packed :class:`Linear` for inference, or the modules."""
+
+    fc: Projection
+    qkv: Projection
+    o_proj: Projection
+    gate_up: Projection
+    down: Projection
+    logits: Projection

@@ -40,7 +40,7 @@ def packing_available(weight: Tensor) -> bool:
 
 
 class Linear:
-    """``y = x W^T + b`` for ``x`` [M, in]: oneDNN-packed when available, else ``F.linear``."""
+    """``y = x W^T + b`` for ``x`` [..., in]: oneDNN-packed when available, else ``F.linear``."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
         self.weight = weight  # [out, in]
@@ -50,9 +50,10 @@ class Linear:
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.packed is None or x.shape[0] == 0:
+        if self.packed is None or x.numel() == 0:
             return F.linear(x, self.weight, self.bias)
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
         out: Tensor = torch.ops.mkldnn._linear_pointwise(
-            x.contiguous(), self.packed, self.bias, "none", [], ""
+            rows, self.packed, self.bias, "none", [], ""
         )
-        return out
+        return out.reshape(*x.shape[:-1], out.shape[-1])
