@@ -14,7 +14,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.interface import Policy
 from echo_scheduler.policies import make_policy
 from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD, MIXTURE_GATE
-from echo_server.drafting import NgramDrafter
+from echo_server.drafting import NgramDrafter, NullDrafter
 from echo_server.drafting.base import Drafter
 from echo_server.drafting.eagle_drafter import eagle_drafter_for
 from echo_server.drafting.mixture import MixtureDrafter
@@ -143,7 +143,11 @@ def build_policy(cli_name: str, args: argparse.Namespace) -> Policy:
     return make_policy(name, cfg, gate_for(name, gate_file, cfg.max_depth))
 
 
-def build_drafter(args: argparse.Namespace, loaded: LoadedModel) -> Drafter:
+def build_drafter(args: argparse.Namespace, loaded: LoadedModel, cli_policy: str) -> Drafter:
+    """The ``--drafter`` choice; plain decoding always gets :class:`NullDrafter` (it must not pay
+    for a head that observes every committed row but never drafts)."""
+    if policy_name(cli_policy) == "plain":
+        return NullDrafter()
     name = drafter_name(args)
     if name == "ngram":
         return NgramDrafter()
@@ -179,6 +183,6 @@ def build_engine(loaded: LoadedModel, cli_policy: str, args: argparse.Namespace)
         loaded.model,
         loaded.tokenizer,
         build_policy(cli_policy, args),
-        build_drafter(args, loaded),
+        build_drafter(args, loaded, cli_policy),
         config,
     )
