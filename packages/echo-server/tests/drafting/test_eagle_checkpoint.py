@@ -24,8 +24,11 @@ def _saved(tmp_path: Path) -> tuple[Path, torch.Tensor]:
     return weights, head.embed
 
 
-def test_round_trip_keeps_weights_to_float16_precision(tmp_path: Path) -> None:
-    head = tiny_head()
+@pytest.mark.parametrize("aux_layers", [(), (0, 5)])
+def test_round_trip_keeps_weights_to_float16_precision(
+    tmp_path: Path, aux_layers: tuple[int, ...]
+) -> None:
+    head = tiny_head(aux_layers=aux_layers)
     weights, config = save_head(head, tmp_path / "head.safetensors")
     assert (weights.name, config.name) == ("head.safetensors", "head.json")
     back = load_head(weights, head.embed, head.embed)

@@ -163,3 +163,54 @@ def test_bfloat16_drafting_stays_close_to_float32() -> None:
     for exact, approx in zip(got[0], got[1], strict=True):
         for token, lp in exact.items():
             assert approx[token] == pytest.approx(lp, abs=0.15)
+
+
+def test_aux_head_drafting_reproduces_the_training_unroll() -> None:
+    """With aux layers the committed rows (and so depth 1) read the target's residual streams;
+    the drafter must feed them exactly as training's pass 1 does."""
+    head = tiny_head(aux_layers=(1, 3))
+    torch.manual_seed(7)
+    n, t = 10, 5
+    tokens = torch.randint(0, VOCAB, (n + 1,))
+    feats = torch.randn(n, HIDDEN)
+    aux = torch.randn(n, 2 * HIDDEN)
+    with torch.no_grad():
+        passes = unrolled_features(head, feats[None], tokens[None], 3, aux[None])
+        plain = unrolled_features(head, feats[None], tokens[None], 1)
+    assert not torch.allclose(passes[0], plain[0])  # the aux term matters
+    drafter = EagleDrafter(head)
+    assert drafter.aux_layers == (1, 3)
+    rows = (aux[: t + 1, :HIDDEN], aux[: t + 1, HIDDEN:])
+    drafter.observe(
+        feedback([("r", tokens[: t + 1].tolist(), feats[: t + 1], 0, int(tokens[t + 1]))], rows)
+    )
+    drafter.begin_step([tokens[: t + 2].tolist()], ["r"])
+    path = tokens[t + 2 : t + 4].tolist()
+    for k in range(3):
+        (got,) = _expand(drafter, [path[:k]], topk=20)
+        want = torch.log_softmax(head.logits(passes[k][0, t]), dim=-1)
+        torch.testing.assert_close(
+            torch.tensor(list(got.values())), want.sort(descending=True).values, atol=1e-5, rtol=0
+        )
+
+
+def test_aux_head_refuses_feedback_without_its_layers() -> None:
+    drafter = EagleDrafter(tiny_head(aux_layers=(2,)))
+    with pytest.raises(ValueError, match="aux features"):
+        drafter.observe(feedback([("r", [1, 2], torch.randn(2, HIDDEN), 0, 3)]))
+
+
+def test_zero_initialised_aux_projection_starts_as_the_single_feature_head() -> None:
+    from echo_server.drafting.eagle_head import EagleHead
+    from echo_server.training.synthetic import tiny_config
+
+    torch.manual_seed(8)
+    single = tiny_head()
+    multi = EagleHead(tiny_config((0,)))
+    multi.load_state_dict({**single.state_dict(), "aux_fc.weight": torch.zeros(HIDDEN, HIDDEN)})
+    multi.attach_target(single.embed, single.embed)
+    feats, toks = torch.randn(6, HIDDEN), torch.randint(0, VOCAB, (6,))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            multi.fuse(feats, toks, torch.randn(6, HIDDEN)), single.fuse(feats, toks)
+        )

@@ -52,3 +52,25 @@ def test_the_name_and_feature_layers_combine() -> None:
     drafter = _mixture()
     assert drafter.name == "ngram+ngram"
     assert drafter.aux_layers == ()
+
+
+def test_each_drafter_observes_only_its_own_aux_layers() -> None:
+    from echo_server.drafting.base import TargetFeedback
+    from echo_server.drafting.eagle_drafter import EagleDrafter
+    from echo_server.training.synthetic import HIDDEN, feedback, tiny_head
+
+    class Layers(NgramDrafter):
+        aux_layers: tuple[int, ...] = (0, 7)
+        seen: tuple[torch.Tensor, ...] = ()
+
+        def observe(self, feedback: TargetFeedback) -> None:
+            self.seen = feedback.aux
+
+    head, other = EagleDrafter(tiny_head(aux_layers=(3, 7))), Layers()
+    mixture = MixtureDrafter(head, other)
+    assert mixture.aux_layers == (0, 3, 7)
+    a0, a3, a7 = (torch.full((2, HIDDEN), float(v)) for v in (0, 3, 7))
+    mixture.observe(feedback([("r", [1, 2], torch.randn(2, HIDDEN), 0, 3)], (a0, a3, a7)))
+    assert [float(t[0, 0]) for t in other.seen] == [0.0, 7.0]
+    mixture.begin_step([[1, 2, 3]], ["r"])
+    assert _expand(mixture, topk=2)  # the head got (a3, a7) and drafts

@@ -29,7 +29,7 @@ from echo_server.drafting.eagle_head import EagleHead, default_config
 from echo_server.model.loader import load_model
 from echo_server.training.dataset import coverage, draft_vocabulary, load_sequences, split
 from echo_server.training.instructions import build_prompts
-from echo_server.training.selfdistill import generate_dataset
+from echo_server.training.selfdistill import generate_dataset, stored_aux_layers
 from echo_server.training.trainer import TrainConfig, train
 
 log = structlog.get_logger(__name__)
@@ -46,7 +46,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model", default=None, help="GGUF file or HF directory (default: embedded)")
     p.add_argument("--prompts", type=int, default=640, help="training prompts to answer")
     p.add_argument("--max-tokens", type=int, default=192, help="answer length cap")
-    p.add_argument("--gen-batch", type=int, default=32, help="requests decoded together")
+    p.add_argument("--gen-batch", type=int, default=64, help="requests decoded together")
+    p.add_argument(
+        "--aux-layers",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also record the residual stream after these target layers (EAGLE-3 features)",
+    )
+    p.add_argument(
+        "--no-aux",
+        action="store_true",
+        help="train a single-feature head even when the data holds aux features",
+    )
     p.add_argument("--draft-vocab", type=int, default=8192)
     p.add_argument("--epochs", type=int, default=DEFAULTS.epochs)
     p.add_argument("--lr", type=float, default=DEFAULTS.lr)
@@ -78,7 +90,12 @@ def run(args: argparse.Namespace) -> int:
         prompts = build_prompts(args.prompts, seed=args.seed)
         start = time.perf_counter()
         generate_dataset(
-            loaded, prompts, data_dir, max_tokens=args.max_tokens, max_batch=args.gen_batch
+            loaded,
+            prompts,
+            data_dir,
+            max_tokens=args.max_tokens,
+            max_batch=args.gen_batch,
+            aux_layers=tuple(args.aux_layers),
         )
         _timed(clock, "generate", time.perf_counter() - start)
     if args.stage == "generate":
@@ -90,7 +107,11 @@ def run(args: argparse.Namespace) -> int:
     special = sorted(loaded.tokenizer.eos_ids)
     vocab = draft_vocabulary(train_seqs, args.draft_vocab, special)
     name = loaded.source.name
-    shape = default_config(model.config.hidden_size, model.config.vocab_size, vocab.numel(), name)
+    stored = stored_aux_layers(data_dir) or ()
+    aux_layers = () if args.no_aux else stored
+    shape = default_config(
+        model.config.hidden_size, model.config.vocab_size, vocab.numel(), name, aux_layers
+    )
     head = EagleHead(shape)
     head.draft_ids.copy_(vocab)
     head.attach_target(model.weights.embed, model.weights.lm_head)

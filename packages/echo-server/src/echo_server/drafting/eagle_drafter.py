@@ -105,7 +105,6 @@ class EagleDrafter:
     """Drafter over an attached :class:`EagleHead` (module docstring)."""
 
     name = "eagle"
-    aux_layers: tuple[int, ...] = ()
 
     def __init__(self, head: EagleHead, dtype: torch.dtype = torch.float32) -> None:
         """``head`` is moved to ``dtype`` in place (log-probs are computed in float32). In
@@ -115,6 +114,7 @@ class EagleDrafter:
             raise ValueError("the head has no target rows: call head.attach_target first")
         self.head = head.to(dtype).eval()
         self.head.pack_for_inference()
+        self.aux_layers: tuple[int, ...] = head.config.aux_layers
         self.dtype = dtype
         self._ctx: dict[str, _Context] = {}
         self._active: list[_Context | None] = []
@@ -135,7 +135,8 @@ class EagleDrafter:
         live = torch.diff(torch.tensor(cu)) > 0
         following[last[live]] = nxt[live]
         head = self.head
-        x = head.fuse(feedback.hidden.to(self.dtype).cpu(), following)
+        aux = self._aux(feedback)
+        x = head.fuse(feedback.hidden.to(self.dtype).cpu(), following, aux)
         q, k, v = head.project(x, positions + 1)
         attn = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
         for b, rid in enumerate(feedback.request_ids):
@@ -159,6 +160,17 @@ class EagleDrafter:
         for i, b in enumerate(live.nonzero().squeeze(1).tolist()):
             ctx = self._ctx[feedback.request_ids[b]]
             ctx.root_feature, ctx.root_logprob = feats[i], logprob[i]
+
+    def _aux(self, feedback: TargetFeedback) -> Tensor | None:
+        """The head's aux features [R, L*H] from ``feedback`` (None for a single-feature head)."""
+        if not self.aux_layers:
+            return None
+        if len(feedback.aux) != len(self.aux_layers):
+            raise ValueError(
+                f"the head reads target layers {list(self.aux_layers)} but the engine sent "
+                f"{len(feedback.aux)} aux features"
+            )
+        return torch.cat([a.to(self.dtype).cpu() for a in feedback.aux], dim=-1)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """q [M, Hq, D], k/v [L, Hkv, D], mask [M, L] -> [M, Hq * D]."""

@@ -10,10 +10,21 @@ and the embedding of the token that follows, ``e(x_{t+1})``, and predicts the *n
     log q(y) = log_softmax(f^ W_d^T)  over the draft vocabulary    W_d = lm_head[draft_ids]
 
 Row t sits at position ``t + 1`` (the position of the token it embeds). Drafting deeper feeds
-``f^`` back as the feature of the next row. The draft vocabulary is the ``V_d`` most frequent
-target tokens (``draft_ids`` maps draft index -> target id); ``W_d`` and the embedding table are
-the target's own rows (tied SmolLM2: both are its embedding), attached at load time and never
-stored in the head's checkpoint, so the head file holds only ~4M parameters.
+``f^`` back as the feature of the next row.
+
+Optional EAGLE-3-style multi-layer features (``aux_layers`` non-empty): rows built from target
+features (committed rows, i.e. the head's context and depth 1) also read the residual streams
+``a^l_t`` after target layers ``l`` in ``aux_layers``::
+
+    x  += W_a [ a^{l_1}_t / rms(a^{l_1}_t) ; ... ]               (L*H -> H, no bias, zero-init)
+
+Rows built from the head's own prediction (depth >= 2) have no such term; a zero-initialised
+``W_a`` makes the head start as the single-feature one.
+
+The draft vocabulary is the ``V_d`` most frequent target tokens (``draft_ids`` maps draft index
+-> target id); ``W_d`` and the embedding table are the target's own rows (tied SmolLM2: both are
+its embedding), attached at load time and never stored in the head's checkpoint, so the head
+file holds only ~4M parameters (+ L*H*H for aux layers).
 """
 
 from __future__ import annotations
@@ -45,8 +56,15 @@ class EagleHeadConfig:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 100000.0
     target: str = ""  # the target's name, for error messages and data cards
+    aux_layers: tuple[int, ...] = ()  # target layers whose residual streams depth 1 reads
 
     def __post_init__(self) -> None:
+        layers = tuple(self.aux_layers)
+        if any(not isinstance(x, int) or x < 0 for x in layers) or list(layers) != sorted(
+            set(layers)
+        ):
+            raise ValueError(f"aux_layers must be increasing non-negative ints, got {layers}")
+        object.__setattr__(self, "aux_layers", layers)
         for name in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -115,6 +133,10 @@ class EagleHead(nn.Module):
         self.gate_up = nn.Linear(h, 2 * c.intermediate_size, bias=False)
         self.down = nn.Linear(c.intermediate_size, h, bias=False)
         self.final_norm = RMSNorm(h, c.rms_norm_eps)
+        self.aux_fc: nn.Linear | None = None
+        if c.aux_layers:
+            self.aux_fc = nn.Linear(len(c.aux_layers) * h, h, bias=False)
+            nn.init.zeros_(self.aux_fc.weight)
         self.register_buffer("draft_ids", torch.arange(c.draft_vocab_size), persistent=True)
         # Target rows, attached by attach_target (not saved with the head).
         self.register_buffer("embed", torch.zeros(0, h), persistent=False)
@@ -154,6 +176,7 @@ class EagleHead(nn.Module):
             Linear(self.gate_up.weight.detach()),
             Linear(self.down.weight.detach()),
             Linear(self.out_rows.detach()),
+            None if self.aux_fc is None else Linear(self.aux_fc.weight.detach()),
         )
         return True
 
@@ -162,7 +185,13 @@ class EagleHead(nn.Module):
         if self._packed is not None:
             return self._packed
         return _Projections(
-            self.fc, self.qkv, self.o_proj, self.gate_up, self.down, lambda f: f @ self.out_rows.T
+            self.fc,
+            self.qkv,
+            self.o_proj,
+            self.gate_up,
+            self.down,
+            lambda f: f @ self.out_rows.T,
+            self.aux_fc,
         )
 
     def unpack(self) -> None:
@@ -174,11 +203,22 @@ class EagleHead(nn.Module):
         self,
         feature: Tensor,  # [..., H] float32, target feature (or the head's own prediction)
         token: Tensor,  # [...] int64 target ids of the following token
+        aux: Tensor | None = None,  # [..., L*H] residual streams after aux_layers (target rows)
     ) -> Tensor:
-        """The decoder layer's input ``fc([rms(f); rms(e(x))])``: [..., H]."""
+        """The decoder layer's input ``fc([rms(f); rms(e(x))])`` (+ the aux term when ``aux`` is
+        given, module docstring): [..., H]."""
         emb = self.embed[token]
         fused = torch.cat([self.feature_norm(feature), self.token_norm(emb)], dim=-1)
-        return self._projections().fc(fused)
+        p = self._projections()
+        x = p.fc(fused)
+        if aux is None:
+            return x
+        if p.aux_fc is None:
+            raise ValueError("aux features given to a head trained without aux_layers")
+        h = self.config.hidden_size
+        parts = aux.reshape(*aux.shape[:-1], -1, h).float()
+        parts = parts * torch.rsqrt(parts.pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps)
+        return x + p.aux_fc(parts.reshape(aux.shape).to(x.dtype))
 
     def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q [..., Hq, D], k and v [..., Hkv, D] of rows ``x`` [..., H] at ``positions``."""
@@ -212,7 +252,11 @@ class EagleHead(nn.Module):
 
 
 def default_config(
-    hidden_size: int, target_vocab_size: int, draft_vocab_size: int, target: str = ""
+    hidden_size: int,
+    target_vocab_size: int,
+    draft_vocab_size: int,
+    target: str = "",
+    aux_layers: tuple[int, ...] = (),
 ) -> EagleHeadConfig:
     """The shipped shape for a target of width ``hidden_size``: 64-wide heads, 3 KV heads, MLP
     ``8/3 H`` (SmolLM2-135M: 9 heads, MLP 1536; about 4.2M parameters)."""
@@ -228,6 +272,7 @@ def default_config(
         draft_vocab_size=draft_vocab_size,
         target_vocab_size=target_vocab_size,
         target=target,
+        aux_layers=aux_layers,
     )
 
 
@@ -244,3 +289,4 @@ class _Projections:
     gate_up: Projection
     down: Projection
     logits: Projection
+    aux_fc: Projection | None = None

@@ -19,6 +19,7 @@ Verification does not depend on the scores, so greedy output stays exactly plain
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -34,8 +35,15 @@ class MixtureDrafter:
         self.aux_layers = tuple(sorted({*first.aux_layers, *second.aux_layers}))
 
     def observe(self, feedback: TargetFeedback) -> None:
-        self.first.observe(feedback)
-        self.second.observe(feedback)
+        """Each drafter gets the aux features of its own ``aux_layers`` (the engine sends the
+        union, in increasing layer order)."""
+        for drafter in (self.first, self.second):
+            if drafter.aux_layers == self.aux_layers:
+                drafter.observe(feedback)
+                continue
+            index = {layer: i for i, layer in enumerate(self.aux_layers)}
+            aux = tuple(feedback.aux[index[layer]] for layer in drafter.aux_layers)
+            drafter.observe(replace(feedback, aux=aux))
 
     def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
         self.first.begin_step(contexts, request_ids)

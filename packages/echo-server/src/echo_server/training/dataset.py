@@ -26,6 +26,7 @@ class Batch:
     tokens: Tensor  # [B, T+1] int64
     lengths: Tensor  # [B] int64, T_b (features per sequence)
     answer_from: Tensor  # [B] int64, prompt length (first generated token's index)
+    aux: Tensor | None = None  # [B, T, L*H] float32, target residual streams (when recorded)
 
     @property
     def num_rows(self) -> int:
@@ -91,20 +92,30 @@ def coverage(seqs: Sequence[DistilledSequence], vocab: Tensor) -> float:
     return sum(t in ids for t in toks) / max(len(toks), 1)
 
 
-def make_batch(seqs: Sequence[DistilledSequence]) -> Batch:
+def make_batch(seqs: Sequence[DistilledSequence], with_aux: bool = False) -> Batch:
+    """Pad ``seqs`` into a :class:`Batch`; ``with_aux`` adds their aux features (ValueError if a
+    sequence has none)."""
     t = max(s.features.shape[0] for s in seqs)
     h = seqs[0].features.shape[1]
     feats = torch.zeros(len(seqs), t, h)
     tokens = torch.zeros(len(seqs), t + 1, dtype=torch.int64)
+    aux: Tensor | None = None
+    if with_aux:
+        if any(s.aux is None for s in seqs):
+            raise ValueError("the head reads aux features but some sequences have none recorded")
+        aux = torch.zeros(len(seqs), t, seqs[0].aux.shape[1])  # type: ignore[union-attr]
     for i, s in enumerate(seqs):
         n = s.features.shape[0]
         feats[i, :n] = s.features.float()
         tokens[i, : n + 1] = torch.tensor(s.tokens, dtype=torch.int64)
+        if aux is not None and s.aux is not None:
+            aux[i, :n] = s.aux.float()
     return Batch(
         features=feats,
         tokens=tokens,
         lengths=torch.tensor([s.features.shape[0] for s in seqs], dtype=torch.int64),
         answer_from=torch.tensor([s.prompt_len for s in seqs], dtype=torch.int64),
+        aux=aux,
     )
 
 

@@ -9,7 +9,10 @@ lm_head argmax is ``x_{t+1}`` inside the answer): no second target forward is ne
 
 Shards (``shard_00000.safetensors``, ...) hold ``tokens`` [sum(T+1)] int32, ``features``
 [sum(T), H] float16, ``cu_features`` [S+1] int64 and ``prompt_len`` [S] int32; the metadata
-lists the prompt ids. Generation is resumable: prompts already in a shard are skipped.
+lists the prompt ids. With ``aux_layers`` (EAGLE-3-style multi-layer features) they also hold
+``aux`` [sum(T), L*H] float16: the residual stream after each listed target layer, concatenated
+in list order, and the metadata names the layers. Generation is resumable: prompts already in a
+shard are skipped (the layers must match the stored shards').
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 import torch
@@ -45,12 +49,14 @@ class DistilledSequence:
     tokens: list[int]  # T + 1 tokens
     features: Tensor  # [T, H] float16
     prompt_len: int
+    aux: Tensor | None = None  # [T, L*H] float16, residual streams after the recorded layers
 
 
 @dataclass(slots=True)
 class _Partial:
     tokens: list[int] = field(default_factory=list)
     features: list[Tensor] = field(default_factory=list)
+    aux: list[Tensor] = field(default_factory=list)
     next_token: int = -1
 
 
@@ -58,20 +64,23 @@ class FeatureRecorder:
     """A drafter that proposes nothing and records the target's features of committed rows."""
 
     name = "recorder"
-    aux_layers: tuple[int, ...] = ()
 
-    def __init__(self) -> None:
+    def __init__(self, aux_layers: Sequence[int] = ()) -> None:
+        self.aux_layers = tuple(aux_layers)
         self._partial: dict[str, _Partial] = {}
-        self.finished: dict[str, tuple[list[int], Tensor]] = {}
+        self.finished: dict[str, tuple[list[int], Tensor, Tensor | None]] = {}
 
     def observe(self, feedback: TargetFeedback) -> None:
         cu = feedback.cu_rows.tolist()
         hidden = feedback.hidden.to(torch.float16).cpu()
+        aux = torch.cat(feedback.aux, dim=-1).to(torch.float16).cpu() if feedback.aux else None
         tokens = feedback.tokens.tolist()
         for b, rid in enumerate(feedback.request_ids):
             part = self._partial.setdefault(rid, _Partial())
             part.tokens += tokens[cu[b] : cu[b + 1]]
             part.features.append(hidden[cu[b] : cu[b + 1]])
+            if aux is not None:
+                part.aux.append(aux[cu[b] : cu[b + 1]])
             part.next_token = int(feedback.next_token[b])
 
     def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
@@ -84,27 +93,45 @@ class FeatureRecorder:
     def release(self, request_id: str) -> None:
         part = self._partial.pop(request_id, None)
         if part is not None and part.tokens:
-            self.finished[request_id] = ([*part.tokens, part.next_token], torch.cat(part.features))
+            aux = torch.cat(part.aux) if part.aux else None
+            tokens = [*part.tokens, part.next_token]
+            self.finished[request_id] = (tokens, torch.cat(part.features), aux)
 
 
 def done_prompt_ids(out_dir: Path) -> set[str]:
     """Prompt ids already stored in ``out_dir``'s shards."""
     done: set[str] = set()
     for shard in sorted(out_dir.glob(SHARD_GLOB)):
-        done.update(read_shard_meta(shard)["prompt_ids"])
+        done.update(read_shard_meta(shard).prompt_ids)
     return done
 
 
-def read_shard_meta(path: Path) -> dict[str, list[str]]:
+class ShardMeta(NamedTuple):
+    prompt_ids: list[str]
+    aux_layers: tuple[int, ...]
+
+
+def read_shard_meta(path: Path) -> ShardMeta:
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
-    return {"prompt_ids": json.loads(meta.get("prompt_ids", "[]"))}
+    layers = tuple(int(x) for x in json.loads(meta.get("aux_layers", "[]")))
+    return ShardMeta(list(json.loads(meta.get("prompt_ids", "[]"))), layers)
 
 
-def write_shard(path: Path, seqs: Sequence[DistilledSequence]) -> None:
-    """Store ``seqs`` in one shard (module docstring); written to a temp name, then renamed."""
+def stored_aux_layers(out_dir: Path) -> tuple[int, ...] | None:
+    """The aux layers of ``out_dir``'s shards (None without shards); ValueError if they differ."""
+    found = {tuple(read_shard_meta(p).aux_layers) for p in sorted(out_dir.glob(SHARD_GLOB))}
+    if len(found) > 1:
+        raise ValueError(f"shards in {out_dir} record different aux layers: {sorted(found)}")
+    return next(iter(found)) if found else None
+
+
+def write_shard(path: Path, seqs: Sequence[DistilledSequence], layers: Sequence[int] = ()) -> None:
+    """Store ``seqs`` (with aux features from target ``layers``, if any) in one shard (module
+    docstring); written to a temp name, then renamed."""
+    layers = list(layers)
     cu = [0]
     for s in seqs:
         cu.append(cu[-1] + s.features.shape[0])
@@ -114,22 +141,32 @@ def write_shard(path: Path, seqs: Sequence[DistilledSequence]) -> None:
         "cu_features": torch.tensor(cu, dtype=torch.int64),
         "prompt_len": torch.tensor([s.prompt_len for s in seqs], dtype=torch.int32),
     }
+    aux = [s.aux for s in seqs if s.aux is not None]
+    if aux and len(aux) != len(seqs):
+        raise ValueError("either every sequence of a shard has aux features or none has")
+    if aux:
+        tensors["aux"] = torch.cat(aux).contiguous()
+    meta = {"prompt_ids": json.dumps([s.prompt_id for s in seqs]), "aux_layers": json.dumps(layers)}
     tmp = path.with_suffix(".tmp")
-    save_file(tensors, str(tmp), metadata={"prompt_ids": json.dumps([s.prompt_id for s in seqs])})
+    save_file(tensors, str(tmp), metadata=meta)
     tmp.rename(path)
 
 
 def read_shard(path: Path) -> list[DistilledSequence]:
     """The sequences of one shard."""
     t = load_file(str(path))
-    ids = read_shard_meta(path)["prompt_ids"]
+    ids = read_shard_meta(path).prompt_ids
     cu = t["cu_features"].tolist()
     tokens = t["tokens"].tolist()
     out = []
+    aux = t.get("aux")
     for i, pid in enumerate(ids):
         lo, hi = cu[i], cu[i + 1]
         toks = tokens[lo + i : hi + i + 1]
-        out.append(DistilledSequence(pid, toks, t["features"][lo:hi], int(t["prompt_len"][i])))
+        seq_aux = aux[lo:hi] if aux is not None else None
+        out.append(
+            DistilledSequence(pid, toks, t["features"][lo:hi], int(t["prompt_len"][i]), seq_aux)
+        )
     return out
 
 
@@ -141,12 +178,22 @@ def generate_dataset(
     max_batch: int = 16,
     max_prompt_tokens: int = 320,
     shard_size: int = 64,
+    aux_layers: Sequence[int] = (),
 ) -> int:
-    """Answer every prompt not yet stored with greedy plain decoding; returns new sequences."""
+    """Answer every prompt not yet stored with greedy plain decoding; returns new sequences.
+
+    ``aux_layers``: also record the residual stream after these target layers (module
+    docstring); must match what earlier runs stored in ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    stored = stored_aux_layers(out_dir)
+    if stored is not None and stored != tuple(aux_layers):
+        raise ValueError(
+            f"{out_dir} holds shards with aux layers {list(stored)}, not {list(aux_layers)}: "
+            "use another work dir or the same layers"
+        )
     done = done_prompt_ids(out_dir)
     todo = [p for p in prompts if p.prompt_id not in done]
-    recorder = FeatureRecorder()
+    recorder = FeatureRecorder(aux_layers)
     engine = Engine(
         loaded.model,
         loaded.tokenizer,
@@ -174,18 +221,17 @@ def generate_dataset(
             if event.finish_reason is None:
                 continue
             engine.pop_finished(event.request_id)
-            tokens, feats = recorder.finished.pop(event.request_id)
-            pending.append(
-                DistilledSequence(event.request_id, tokens, feats, prompt_len[event.request_id])
-            )
+            tokens, feats, aux = recorder.finished.pop(event.request_id)
+            n_prompt = prompt_len[event.request_id]
+            pending.append(DistilledSequence(event.request_id, tokens, feats, n_prompt, aux))
             bar.update(1)
             if len(pending) >= shard_size or not engine.has_work():
-                write_shard(out_dir / f"shard_{shard_index:05d}.safetensors", pending)
+                write_shard(out_dir / f"shard_{shard_index:05d}.safetensors", pending, aux_layers)
                 written += len(pending)
                 shard_index += 1
                 pending = []
     if pending:
-        write_shard(out_dir / f"shard_{shard_index:05d}.safetensors", pending)
+        write_shard(out_dir / f"shard_{shard_index:05d}.safetensors", pending, aux_layers)
         written += len(pending)
     log.info("self_distill_done", new_sequences=written, tokens=engine.metrics.emitted_tokens)
     return written

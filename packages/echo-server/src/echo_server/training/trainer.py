@@ -72,7 +72,7 @@ def pass_losses(head: EagleHead, batch: Batch, cfg: TrainConfig) -> tuple[Tensor
     CPUs with AVX512-BF16 / AMX); losses are computed in float32 on float32 master weights.
     """
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
-        preds = unrolled_features(head, batch.features, batch.tokens, cfg.depths)
+        preds = unrolled_features(head, batch.features, batch.tokens, cfg.depths, batch.aux)
     t = batch.features.shape[1]
     total = torch.zeros(())
     ces: list[float] = []
@@ -105,9 +105,10 @@ def agreement(
     hits = [0] * depths
     chain = [0] * depths
     rows = 0
+    with_aux = bool(head.config.aux_layers)
     for group in batches(seqs, max_batch_tokens):
-        batch = make_batch(group)
-        preds = unrolled_features(head, batch.features, batch.tokens, depths)
+        batch = make_batch(group, with_aux)
+        preds = unrolled_features(head, batch.features, batch.tokens, depths, batch.aux)
         t = batch.features.shape[1]
         # rows where every depth has a generated label: chains are comparable across depths
         mask = pass_mask(batch.answer_from, batch.lengths, t, depths)
@@ -185,6 +186,7 @@ def train(
         )
         tmp.rename(state_path)
 
+    with_aux = bool(head.config.aux_layers)
     head.train()
     bar = tqdm(total=total_steps, initial=step, desc="train-draft", unit="batch")
     done = 0
@@ -196,7 +198,7 @@ def train(
             start = time.perf_counter()
             for g in opt.param_groups:
                 g["lr"] = _lr(step, total_steps, cfg)
-            loss, ces = pass_losses(head, make_batch(group), cfg)
+            loss, ces = pass_losses(head, make_batch(group, with_aux), cfg)
             opt.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]  # torch stub lacks annotations
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)

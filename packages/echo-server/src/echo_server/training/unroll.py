@@ -35,8 +35,12 @@ def unrolled_features(
     features: Tensor,  # [B, T, H] float32, target features f_0..f_{T-1}
     tokens: Tensor,  # [B, T+1] int64, x_0..x_T
     depths: int,
+    aux: Tensor | None = None,  # [B, T, L*H] target residual streams (heads with aux_layers)
 ) -> list[Tensor]:
-    """Predicted features of passes 1..depths, each [B, T, H] (row t of pass k ~ f_{t+k})."""
+    """Predicted features of passes 1..depths, each [B, T, H] (row t of pass k ~ f_{t+k}).
+
+    Only pass 1 reads ``aux``: its rows are built from target features, as the committed rows
+    and depth 1 are at inference; deeper passes read the head's own predictions."""
     c = head.config
     b, t, _ = features.shape
     groups = c.num_heads // c.num_kv_heads
@@ -44,7 +48,7 @@ def unrolled_features(
     pos = torch.arange(t, device=features.device)[None, :].expand(b, t)
     causal = torch.ones(t, t, dtype=torch.bool, device=features.device).tril()
 
-    x1 = head.fuse(features, tokens[:, 1 : t + 1])
+    x1 = head.fuse(features, tokens[:, 1 : t + 1], aux)
     q1, k1, v1 = head.project(x1, pos + 1)
     k_ctx, v_ctx = _expand_kv(k1, groups), _expand_kv(v1, groups)  # [B, Hq, T, D]
     attn = F.scaled_dot_product_attention(q1.transpose(1, 2), k_ctx, v_ctx, attn_mask=causal)
