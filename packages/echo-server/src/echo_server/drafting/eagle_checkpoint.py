@@ -7,9 +7,10 @@ lm_head rows are not stored: :func:`load_head` attaches them from the target mod
 checking that the head was trained for a target of the same hidden size and vocabulary.
 
 EAGLE-3 checkpoints (HF ``config.json`` + ``model.safetensors`` with ``midlayer.*``, ``fc``,
-``d2t``) are not loaded here: their fc fuses three target layers (``aux_layers``) and their
-decoder layer reads ``[embedding; hidden]`` (2H wide q/k/v), a different layout from this head;
-:func:`describe_eagle3` recognises one and says so.
+``d2t``) are not loaded here. This head can read several target layers too (``aux_layers`` in
+its config, an added projection of their residual streams), but EAGLE-3's fc maps the three
+layers alone to the feature and its decoder layer reads ``[embedding; hidden]`` (2H wide
+q/k/v), a different layout; :func:`describe_eagle3` recognises one and says so.
 """
 
 from __future__ import annotations
