@@ -4,9 +4,11 @@ Two resumable stages (``--stage all`` runs both; rerunning the same command cont
 
 1. generate: the target answers ``--prompts`` training prompts (:mod:`echo_server.training.
    instructions`, never HumanEval / MT-Bench) with batched greedy plain decoding; the target's
-   features are recorded on the way (:mod:`echo_server.training.selfdistill`);
-2. train: draft vocabulary from the generated tokens, the head trained with unrolled depths,
-   checkpointed every ``--checkpoint-every`` steps (:mod:`echo_server.training.trainer`).
+   features are recorded on the way (:mod:`echo_server.training.selfdistill`), with the
+   residual streams after ``--aux-layers`` (default: EAGLE-3's low / middle / high layers);
+2. train: draft vocabulary from the generated tokens, the head (reading the recorded aux layers
+   unless ``--no-aux``) trained with unrolled depths, checkpointed every ``--checkpoint-every``
+   steps (:mod:`echo_server.training.trainer`).
 
 Writes the head (``--out``: ``.safetensors`` + ``.json``) and ``<out>.train.json`` with the data
 and training statistics (sizes, wall times, held-out teacher-forced top-1 agreement per depth).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,15 +47,16 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
     p.add_argument("--out", type=Path, default=DEFAULT_HEAD, help="head path (.safetensors)")
     p.add_argument("--model", default=None, help="GGUF file or HF directory (default: embedded)")
-    p.add_argument("--prompts", type=int, default=640, help="training prompts to answer")
+    p.add_argument("--prompts", type=int, default=2000, help="training prompts to answer")
     p.add_argument("--max-tokens", type=int, default=192, help="answer length cap")
     p.add_argument("--gen-batch", type=int, default=64, help="requests decoded together")
     p.add_argument(
         "--aux-layers",
         type=int,
         nargs="*",
-        default=[],
-        help="also record the residual stream after these target layers (EAGLE-3 features)",
+        default=None,
+        help="also record the residual stream after these target layers (EAGLE-3 features); "
+        "default: low, middle and high layers (1, L/2 - 1, L - 4); no value: none",
     )
     p.add_argument(
         "--no-aux",
@@ -71,6 +75,24 @@ def add_parser(sub: Any) -> None:
     )
 
 
+def default_aux_layers(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's low / middle / high choice: after layers 1, L/2 - 1 and L - 4 (SmolLM2-135M,
+    L = 30: 1, 14, 26); fewer for very shallow targets."""
+    return tuple(
+        sorted({min(i, num_layers - 1) for i in (1, num_layers // 2 - 1, num_layers - 4) if i >= 0})
+    )
+
+
+def aux_layers_for(requested: list[int] | None, num_layers: int) -> tuple[int, ...]:
+    """``--aux-layers``: None -> :func:`default_aux_layers`; a list -> sorted, unique, checked."""
+    if requested is None:
+        return default_aux_layers(num_layers)
+    bad = [i for i in requested if not 0 <= i < num_layers]
+    if bad:
+        raise ValueError(f"--aux-layers {bad} outside the target's layers 0..{num_layers - 1}")
+    return tuple(sorted(set(requested)))
+
+
 def _timed(path: Path, key: str, seconds: float) -> float:
     """Add ``seconds`` to the running total ``key`` in ``path`` (JSON); return the total."""
     data = json.loads(path.read_text()) if path.is_file() else {}
@@ -87,16 +109,19 @@ def run(args: argparse.Namespace) -> int:
     data_dir, clock = work / "data", work / "wall_seconds.json"
     loaded = load_model(args.model)
     if args.stage in ("all", "generate"):
-        prompts = build_prompts(args.prompts, seed=args.seed)
         start = time.perf_counter()
-        generate_dataset(
-            loaded,
-            prompts,
-            data_dir,
-            max_tokens=args.max_tokens,
-            max_batch=args.gen_batch,
-            aux_layers=tuple(args.aux_layers),
-        )
+        try:
+            generate_dataset(
+                loaded,
+                build_prompts(args.prompts, seed=args.seed),
+                data_dir,
+                max_tokens=args.max_tokens,
+                max_batch=args.gen_batch,
+                aux_layers=aux_layers_for(args.aux_layers, loaded.model.config.num_layers),
+            )
+        except ValueError as exc:  # bad --prompts / --aux-layers, or shards of other layers
+            print(f"echo-sd train-draft: error: {exc}", file=sys.stderr)
+            return 2
         _timed(clock, "generate", time.perf_counter() - start)
     if args.stage == "generate":
         return 0
