@@ -37,7 +37,7 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class TrainConfig:
-    epochs: int = 4
+    epochs: int = 6
     lr: float = 2e-3
     weight_decay: float = 0.01
     warmup_steps: int = 20
