@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch
 from torch import Tensor
 
 
@@ -34,6 +35,12 @@ class Proposals:
     source: Tensor  # [C] int64, index into the ExpandRequest's M nodes
     token: Tensor  # [C] int64
     logprob: Tensor  # [C] float32, log q(token | context, path), <= 0
+
+    @classmethod
+    def empty(cls) -> Proposals:
+        """No children for any node."""
+        none = torch.zeros(0, dtype=torch.int64)
+        return cls(none, none, torch.zeros(0, dtype=torch.float32))
 
 
 @dataclass(frozen=True, slots=True)

@@ -248,8 +248,7 @@ class EagleDrafter:
     def _proposals(self, logprobs: Sequence[Tensor | None], topk: Sequence[int]) -> Proposals:
         have = [m for m, lp in enumerate(logprobs) if lp is not None]
         if not have:
-            empty = torch.zeros(0, dtype=torch.int64)
-            return Proposals(empty, empty, torch.zeros(0, dtype=torch.float32))
+            return Proposals.empty()
         stacked = torch.stack([lp for lp in logprobs if lp is not None])
         ks = torch.tensor([topk[m] for m in have], dtype=torch.int64).clamp(max=stacked.shape[1])
         values, index = torch.topk(stacked, int(ks.max()), dim=-1)

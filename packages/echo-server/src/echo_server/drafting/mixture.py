@@ -33,17 +33,21 @@ class MixtureDrafter:
         self.first, self.second = first, second
         self.name = f"{first.name}+{second.name}"
         self.aux_layers = tuple(sorted({*first.aux_layers, *second.aux_layers}))
+        # Per drafter, the positions of its layers in the union (None: it reads the union).
+        index = {layer: i for i, layer in enumerate(self.aux_layers)}
+        self._picks = [
+            None if d.aux_layers == self.aux_layers else [index[x] for x in d.aux_layers]
+            for d in (first, second)
+        ]
 
     def observe(self, feedback: TargetFeedback) -> None:
         """Each drafter gets the aux features of its own ``aux_layers`` (the engine sends the
         union, in increasing layer order)."""
-        for drafter in (self.first, self.second):
-            if drafter.aux_layers == self.aux_layers:
+        for drafter, picks in zip((self.first, self.second), self._picks, strict=True):
+            if picks is None:
                 drafter.observe(feedback)
-                continue
-            index = {layer: i for i, layer in enumerate(self.aux_layers)}
-            aux = tuple(feedback.aux[index[layer]] for layer in drafter.aux_layers)
-            drafter.observe(replace(feedback, aux=aux))
+            else:
+                drafter.observe(replace(feedback, aux=tuple(feedback.aux[i] for i in picks)))
 
     def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
         self.first.begin_step(contexts, request_ids)

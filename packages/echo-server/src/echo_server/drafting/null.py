@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from echo_server.drafting.base import ExpandRequest, Proposals, TargetFeedback
 
 
@@ -28,8 +26,7 @@ class NullDrafter:
 
     def expand(self, nodes: ExpandRequest) -> Proposals:
         """No children for any node."""
-        empty = torch.zeros(0, dtype=torch.int64)
-        return Proposals(empty, empty, torch.zeros(0, dtype=torch.float32))
+        return Proposals.empty()
 
     def release(self, request_id: str) -> None:
         """No per-request state."""

@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from echo_core.sampling import SamplingParams
 from echo_scheduler.policies import make_policy
-from echo_server.drafting.base import ExpandRequest, Proposals, TargetFeedback
+from echo_server.drafting.base import TargetFeedback
+from echo_server.drafting.null import NullDrafter
 from echo_server.engine import Engine, EngineConfig, GenerationRequest
 from echo_server.model.loader import LoadedModel
 from echo_server.prompts import Prompt
@@ -60,8 +61,9 @@ class _Partial:
     next_token: int = -1
 
 
-class FeatureRecorder:
-    """A drafter that proposes nothing and records the target's features of committed rows."""
+class FeatureRecorder(NullDrafter):
+    """A drafter that proposes nothing (:class:`NullDrafter`) and records the target's features
+    of committed rows."""
 
     name = "recorder"
 
@@ -82,13 +84,6 @@ class FeatureRecorder:
             if aux is not None:
                 part.aux.append(aux[cu[b] : cu[b + 1]])
             part.next_token = int(feedback.next_token[b])
-
-    def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
-        """Nothing to prepare: the recorder never drafts."""
-
-    def expand(self, nodes: ExpandRequest) -> Proposals:
-        empty = torch.zeros(0, dtype=torch.int64)
-        return Proposals(empty, empty, torch.zeros(0, dtype=torch.float32))
 
     def release(self, request_id: str) -> None:
         part = self._partial.pop(request_id, None)
@@ -122,7 +117,7 @@ def read_shard_meta(path: Path) -> ShardMeta:
 
 def stored_aux_layers(out_dir: Path) -> tuple[int, ...] | None:
     """The aux layers of ``out_dir``'s shards (None without shards); ValueError if they differ."""
-    found = {tuple(read_shard_meta(p).aux_layers) for p in sorted(out_dir.glob(SHARD_GLOB))}
+    found = {read_shard_meta(p).aux_layers for p in sorted(out_dir.glob(SHARD_GLOB))}
     if len(found) > 1:
         raise ValueError(f"shards in {out_dir} record different aux layers: {sorted(found)}")
     return next(iter(found)) if found else None
