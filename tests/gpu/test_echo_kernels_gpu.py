@@ -23,7 +23,7 @@ from echo_kernels import (
     tree_attention,
     verify_metadata,
 )
-from echo_kernels.synthetic import random_pool, random_rows, random_tree_of_sizes, tree_to
+from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes, tree_to
 
 pytestmark = [
     pytest.mark.gpu,
@@ -178,11 +178,13 @@ def test_commit_at_batch_256() -> None:
     argmax[node_rows(tree)] = torch.randint(0, 100, (tree.num_nodes,), generator=g, device=CUDA)
     result = greedy_accept(tree, argmax)
     cache_len = torch.randint(0, 4000, (256,), generator=g, device=CUDA)
-    table = torch.randint(0, 10**6, (256, 4200), generator=g, device=CUDA)
+    table = torch.randint(0, 10**6, (300, 4200), generator=g, device=CUDA)  # a pool's table
+    rows = torch.randperm(300, generator=g, device=CUDA)[:256]
     slots = torch.randperm(10**6, generator=g, device=CUDA)[:r]
     t1, t2 = table.clone(), table.clone()
-    a = commit_kv(t1, cache_len, slots, tree, result)
-    b = commit_kv(t2, cache_len, slots, tree, result, backend="torch")
+    path = (result.accepted_nodes, result.num_accepted)
+    a = commit_kv(t1, cache_len, slots, tree, *path, req_rows=rows)
+    b = commit_kv(t2, cache_len, slots, tree, *path, req_rows=rows, backend="torch")
     assert torch.equal(t1, t2)
     assert torch.equal(a.cache_len, b.cache_len)
     assert torch.equal(a.free_slots, b.free_slots)

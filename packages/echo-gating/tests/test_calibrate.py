@@ -20,7 +20,7 @@ from echo_gating.errors import CalibrationError
 from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.records import RecordSet, gate_samples
 from echo_gating.report import CalibrationReport
-from echo_gating.synthetic import SyntheticSpec, synthetic_records
+from echo_gating.testing import SyntheticSpec, synthetic_records
 
 SPEC = SyntheticSpec()  # separable at depths 1-3, merging from depth 4 on
 COST = 0.5

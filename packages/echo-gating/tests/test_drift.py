@@ -14,7 +14,7 @@ from echo_gating.drift import DriftConfig, DriftMonitor, gate_observations
 from echo_gating.errors import GatingError
 from echo_gating.policy import GatePolicy
 from echo_gating.records import GateSamples, gate_samples
-from echo_gating.synthetic import SyntheticSpec, synthetic_records
+from echo_gating.testing import SyntheticSpec, synthetic_records
 
 SPEC = SyntheticSpec()
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from echo_gating.errors import CalibrationError, GatingError
 from echo_gating.maps import AcceptanceMaps, DepthMap, fit_acceptance_maps, fit_depth_map
-from echo_gating.synthetic import SyntheticSpec, synthetic_records
+from echo_gating.testing import SyntheticSpec, synthetic_records
 
 SETTINGS = settings(derandomize=True, deadline=None, max_examples=50)
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from echo_gating.errors import GatingError
 from echo_gating.records import gate_samples
-from echo_gating.synthetic import SyntheticSpec, simulated_chain_samples, synthetic_records
+from echo_gating.testing import SyntheticSpec, simulated_chain_samples, synthetic_records
 from echo_gating.thresholds import (
     best_upper_threshold,
     choose_threshold,

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from echo_kernels import ATTENTION_TOLERANCES, tree_attention, verify_metadata
 from echo_kernels.attention_metadata import TreeAttentionMetadata
-from echo_kernels.synthetic import random_pool, random_rows, random_tree_of_sizes, tree_to
+from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes, tree_to
 from echo_kernels.tree_attention_reference import visible_keys
 
 H200_BYTES_PER_S = 4.8e12  # HBM3e

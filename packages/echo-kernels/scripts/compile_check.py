@@ -67,7 +67,8 @@ def acceptance_cases(kernels: Any) -> Iterator[KernelCase]:
     sig |= {name: "*i64" for name in ("argmax_ptr", "accepted_ptr", "num_accepted_ptr")}
     sig |= {"bonus_ptr": "*i64", "width": "i64"}
     yield "greedy_accept", kernels.greedy_accept_kernel, sig, {"BLOCK": 64}
-    sig = {name: "*i64" for name in ("req_to_slot_ptr", "cache_len_ptr", "row_slots_ptr")}
+    sig = {name: "*i64" for name in ("req_to_slot_ptr", "req_rows_ptr", "cache_len_ptr")}
+    sig |= {"row_slots_ptr": "*i64"}
     sig |= {name: "*i64" for name in ("cu_nodes_ptr", "accepted_ptr", "num_accepted_ptr")}
     sig |= {"keep_ptr": "*i8", "new_len_ptr": "*i64", "stride_table": "i64", "width": "i64"}
     yield "kv_commit", kernels.kv_commit_kernel, sig, {"BLOCK": 64}

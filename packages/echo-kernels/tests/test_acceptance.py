@@ -13,7 +13,7 @@ from echo_core.random_trees import random_tree_batch
 from echo_core.tree import TreeBatch, empty_tree, make_tree
 from echo_core.verify_rows import node_rows, parent_rows, root_rows
 from echo_kernels.acceptance import greedy_accept, stochastic_accept
-from echo_kernels.synthetic import tree_to
+from echo_kernels.testing import tree_to
 
 
 def assert_same(got: AcceptResult, want: AcceptResult) -> None:

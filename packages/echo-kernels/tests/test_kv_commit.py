@@ -10,8 +10,8 @@ from echo_core.random_trees import random_tree_batch
 from echo_core.tree import TreeBatch, empty_tree, make_tree
 from echo_kernels.acceptance import greedy_accept
 from echo_kernels.backend import Backend
-from echo_kernels.kv_commit import CommitResult, commit_kv
-from echo_kernels.synthetic import tree_to
+from echo_kernels.kv_commit import CommitResult, commit_kv, kept_rows
+from echo_kernels.testing import tree_to
 
 UNSET = -7
 
@@ -52,16 +52,22 @@ def random_step(seed: int, batch: int = 6) -> Step:
     return tree, result, table, cache_len, row_slots
 
 
+def pool_rows(seed: int, batch: int, rows: int) -> torch.Tensor:
+    """``batch`` distinct rows of a ``rows``-row pool table, in no particular order."""
+    return torch.randperm(rows, generator=torch.Generator().manual_seed(seed))[:batch]
+
+
 def run(
     backend: Backend, device: torch.device, tree: TreeBatch, result: AcceptResult,
     table: torch.Tensor, cache_len: torch.Tensor, row_slots: torch.Tensor,
+    req_rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, CommitResult]:  # fmt: skip
     t = table.clone().to(device)
-    tree_d = tree_to(tree, device)
-    res_d = AcceptResult(
-        *(x.to(device) for x in (result.accepted_nodes, result.num_accepted, result.bonus_token))
-    )
-    out = commit_kv(t, cache_len.to(device), row_slots.to(device), tree_d, res_d, backend=backend)
+    out = commit_kv(
+        t, cache_len.to(device), row_slots.to(device), tree_to(tree, device),
+        result.accepted_nodes.to(device), result.num_accepted.to(device),
+        req_rows=None if req_rows is None else req_rows.to(device), backend=backend,
+    )  # fmt: skip
     return t.cpu(), out
 
 
@@ -81,7 +87,10 @@ def test_docstring_worked_example() -> None:
     tree = make_tree([[(1, -1, -0.1), (2, -1, -0.1), (3, 0, -0.1)]])
     result = AcceptResult(torch.tensor([[0, 2]]), torch.tensor([2]), torch.tensor([9]))
     table = torch.full((1, 8), UNSET, dtype=torch.int64)
-    out = commit_kv(table, torch.tensor([3]), torch.tensor([40, 41, 42, 43]), tree, result)
+    out = commit_kv(
+        table, torch.tensor([3]), torch.tensor([40, 41, 42, 43]), tree,
+        result.accepted_nodes, result.num_accepted,
+    )  # fmt: skip
     assert table[0, 3:6].tolist() == [40, 41, 43]
     assert table[0, 6].item() == UNSET
     assert out.cache_len.tolist() == [6]
@@ -91,6 +100,18 @@ def test_docstring_worked_example() -> None:
 @pytest.mark.parametrize("seed", [0, 3])
 def test_kernel_matches_reference(kernel_device: torch.device, seed: int) -> None:
     step = random_step(seed)
+    t_table, t_out = run("triton", kernel_device, *step)
+    r_table, r_out = run("torch", torch.device("cpu"), *step)
+    assert torch.equal(t_table, r_table)
+    assert torch.equal(t_out.cache_len.cpu(), r_out.cache_len)
+    assert torch.equal(t_out.free_slots.cpu(), r_out.free_slots)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kernel_matches_reference_on_pool_rows(kernel_device: torch.device, seed: int) -> None:
+    tree, result, _, cache_len, row_slots = random_step(seed)
+    pool = torch.full((9, 16), UNSET, dtype=torch.int64)
+    step = (tree, result, pool, cache_len, row_slots, pool_rows(seed, tree.batch_size, 9))
     t_table, t_out = run("triton", kernel_device, *step)
     r_table, r_out = run("torch", torch.device("cpu"), *step)
     assert torch.equal(t_table, r_table)
@@ -127,13 +148,45 @@ def test_kernel_edge_batches(kernel_device: torch.device, case: str) -> None:
 
 def test_rejects_overflow_and_foreign_nodes() -> None:
     tree, result, table, cache_len, row_slots = random_step(4)
+    nodes, num = result.accepted_nodes, result.num_accepted
     with pytest.raises(ValueError, match="overflows req_to_slot"):
-        commit_kv(table[:, :2], cache_len, row_slots, tree, result)
-    bad = AcceptResult(
-        torch.full_like(result.accepted_nodes, 50), result.num_accepted, result.bonus_token
-    )
-    if int(result.num_accepted.sum()):
+        commit_kv(table[:, :2], cache_len, row_slots, tree, nodes, num)
+    if int(num.sum()):
         with pytest.raises(ValueError, match="accepted_nodes out of range"):
-            commit_kv(table, cache_len, row_slots, tree, bad)
+            commit_kv(table, cache_len, row_slots, tree, torch.full_like(nodes, 50), num)
     with pytest.raises(ValueError, match="row_slots must be"):
-        commit_kv(table, cache_len, row_slots[:-1], tree, result)
+        commit_kv(table, cache_len, row_slots[:-1], tree, nodes, num)
+    b = tree.batch_size
+    wide = torch.full((b + 2, 16), UNSET, dtype=torch.int64)
+    with pytest.raises(ValueError, match=r"req_to_slot must be \[B=6, max_ctx\] without req_rows"):
+        commit_kv(wide, cache_len, row_slots, tree, nodes, num)
+    with pytest.raises(ValueError, match="req_rows must be distinct"):
+        commit_kv(wide, cache_len, row_slots, tree, nodes, num, req_rows=torch.zeros(b).long())
+    with pytest.raises(ValueError, match="req_rows out of"):
+        commit_kv(wide, cache_len, row_slots, tree, nodes, num, req_rows=torch.arange(b) + 3)
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_reference_writes_the_rows_named_by_req_rows(seed: int) -> None:
+    tree, result, table, cache_len, row_slots = random_step(seed)
+    b = tree.batch_size
+    rows = pool_rows(seed, b, 11)
+    pool = torch.full((11, 16), UNSET, dtype=torch.int64)
+    new_pool, out = run(
+        "torch", torch.device("cpu"), tree, result, pool, cache_len, row_slots, rows
+    )
+    batch_table, want = run("torch", torch.device("cpu"), tree, result, table, cache_len, row_slots)
+    assert torch.equal(new_pool[rows], batch_table)
+    others = torch.ones(11, dtype=torch.bool)
+    others[rows] = False
+    assert bool((new_pool[others] == UNSET).all())  # rows of requests outside the batch
+    assert torch.equal(out.cache_len, want.cache_len)
+    assert torch.equal(out.free_slots, want.free_slots)
+
+
+def test_kept_rows_complement_the_freed_slots() -> None:
+    tree, result, table, cache_len, row_slots = random_step(6)
+    keep = kept_rows(tree, result.accepted_nodes, result.num_accepted)
+    _, out = run("torch", torch.device("cpu"), tree, result, table, cache_len, row_slots)
+    assert torch.equal(out.free_slots, row_slots[~keep])
+    assert int(keep.sum()) == tree.batch_size + int(result.num_accepted.sum())

@@ -17,7 +17,7 @@ from echo_kernels.attention_metadata import (
     prefill_metadata,
     verify_metadata,
 )
-from echo_kernels.synthetic import KVPool, QueryRows, random_pool, random_rows, tree_to
+from echo_kernels.testing import KVPool, QueryRows, random_pool, random_rows, tree_to
 from echo_kernels.tolerances import ATTENTION_TOLERANCES
 from echo_kernels.tree_attention import tree_attention, tree_attention_triton
 

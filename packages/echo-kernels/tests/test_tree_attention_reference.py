@@ -1,4 +1,8 @@
-"""Tier 1: the torch reference of tree attention against an explicit per-row softmax loop."""
+"""Tier 1: the torch reference of tree attention against an explicit per-row softmax loop.
+
+The float32 reference vs the float64 loop: within :func:`rounding_atol` (float32, reduction
+``max(head dim, longest context)`` = 8-16, |out| < ~3.2): 3.1e-6 to 6.2e-6, observed 0 to 4e-7.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,14 @@ import torch
 from torch import Tensor
 
 from echo_core.random_trees import random_tree_batch
+from echo_core.tolerance import float_tolerance
 from echo_core.tree import ROOT, TreeBatch, make_tree
 from echo_kernels.attention_metadata import (
     TreeAttentionMetadata,
     prefill_metadata,
     verify_metadata,
 )
-from echo_kernels.synthetic import KVPool, QueryRows, random_pool, random_rows
+from echo_kernels.testing import KVPool, QueryRows, random_pool, random_rows
 from echo_kernels.tolerances import ATTENTION_TOLERANCES
 from echo_kernels.tree_attention import tree_attention
 
@@ -72,6 +77,13 @@ def brute_force(
     return out
 
 
+def rounding_atol(meta: TreeAttentionMetadata, cache_len: Tensor, expected: Tensor) -> float:
+    """float32 rounding of attention over ``meta``'s rows around ``expected`` (module docstring)."""
+    rows = meta.cu_rows[1:] - meta.cu_rows[:-1]
+    context = int((cache_len + rows).max())
+    return float_tolerance(torch.float32, max(D, context), scale=float(expected.abs().max()))
+
+
 def run_reference(
     rows: QueryRows, pool: KVPool, meta: TreeAttentionMetadata, window: int | None
 ) -> Tensor:
@@ -94,7 +106,8 @@ def test_reference_matches_brute_force_on_random_trees(seed: int, window: int | 
         rows, pool, meta.cu_rows.tolist(), visibility, meta.positions.tolist(), window
     )
     got = run_reference(rows, pool, meta, window)
-    torch.testing.assert_close(got.double(), expected, atol=1e-5, rtol=1e-5)
+    atol = rounding_atol(meta, pool.cache_len, expected)
+    torch.testing.assert_close(got.double(), expected, atol=atol, rtol=0)
 
 
 def test_reference_matches_brute_force_on_causal_prefill() -> None:
@@ -105,7 +118,9 @@ def test_reference_matches_brute_force_on_causal_prefill() -> None:
     meta = prefill_metadata(torch.tensor(counts), pool.cache_len, pool.req_to_slot)
     visibility = [[set(range(i + 1)) for i in range(n)] for n in counts]
     expected = brute_force(rows, pool, [0, 3, 3, 8], visibility, meta.positions.tolist(), 4)
-    torch.testing.assert_close(run_reference(rows, pool, meta, 4).double(), expected)
+    atol = rounding_atol(meta, pool.cache_len, expected)
+    got = run_reference(rows, pool, meta, 4).double()
+    torch.testing.assert_close(got, expected, atol=atol, rtol=0)
 
 
 def test_chain_tree_verify_equals_causal_prefill() -> None:
@@ -147,4 +162,6 @@ def test_zero_node_requests_cost_one_row_each() -> None:
     assert meta.num_rows == 3
     visibility = [[{0}] for _ in range(3)]
     expected = brute_force(rows, pool, [0, 1, 2, 3], visibility, meta.positions.tolist(), None)
-    torch.testing.assert_close(run_reference(rows, pool, meta, None).double(), expected)
+    atol = rounding_atol(meta, pool.cache_len, expected)
+    got = run_reference(rows, pool, meta, None).double()
+    torch.testing.assert_close(got, expected, atol=atol, rtol=0)

@@ -20,7 +20,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import Hardware, ModelGeometry, VerifyCostModel
 from echo_scheduler.policies import make_policy
 from echo_scheduler.simulator import drive
-from echo_scheduler.synthetic import SyntheticWorkload
+from echo_scheduler.workloads import SyntheticWorkload
 
 CONFIG = PolicyConfig(max_depth=8, max_width=4)
 GATE = GatePolicy.sparse({2: 0.05, 4: 0.02}, max_depth=8)

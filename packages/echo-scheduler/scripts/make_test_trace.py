@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.synthetic import SyntheticWorkload
 from echo_scheduler.trace import record, save_trace
+from echo_scheduler.workloads import SyntheticWorkload
 
 CONFIG = PolicyConfig(max_depth=5, max_width=4)
 OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "small_trace.json"

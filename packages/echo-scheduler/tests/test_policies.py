@@ -14,7 +14,7 @@ from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import BasePolicy, Policy, StepBatch
 from echo_scheduler.policies import POLICY_NAMES, make_policy
 from echo_scheduler.simulator import drive
-from echo_scheduler.synthetic import SyntheticStep, SyntheticWorkload
+from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
 
 FAST = settings(max_examples=60, deadline=None)
 SMALL = PolicyConfig(max_depth=5, max_width=4)
@@ -54,7 +54,7 @@ def test_selection_is_legal_for_every_policy(name: str, seed: int, batch: int, b
 @pytest.mark.parametrize("name", POLICY_NAMES)
 def test_zero_budget_decodes_plainly_without_drafting(name: str) -> None:
     run = drive(_policy(name), _steps(1, 5)[0], budget=0)
-    assert run.calls == 0
+    assert run.depths == 0
     assert run.pool.num_nodes == 0
     assert run.keep.numel() == 0
 

@@ -9,16 +9,16 @@ import torch
 
 from echo_core.tree import empty_tree
 from echo_gating.policy import GatePolicy
+from echo_scheduler.compare import format_table, main, simulate
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import VerifyCostModel
 from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import DraftPlan
 from echo_scheduler.outcome import accepted_lengths, accepted_mask, oracle_accepted
 from echo_scheduler.policies import POLICY_NAMES, make_policy
-from echo_scheduler.simulate import format_table, main, simulate
 from echo_scheduler.simulator import DraftCostModel, drive, run_step, summarize
-from echo_scheduler.synthetic import SyntheticWorkload
 from echo_scheduler.trace import load_trace, record, save_trace
+from echo_scheduler.workloads import SyntheticWorkload
 
 TRACE = Path(__file__).parent / "data" / "small_trace.json"
 CONFIG = PolicyConfig(max_depth=5, max_width=4)

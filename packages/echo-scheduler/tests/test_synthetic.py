@@ -7,7 +7,7 @@ import torch
 
 from echo_gating.policy import DepthStats
 from echo_scheduler.errors import TraceError
-from echo_scheduler.synthetic import UNCOVERED, SyntheticWorkload
+from echo_scheduler.workloads import UNCOVERED, SyntheticWorkload
 
 
 def test_shallow_confidence_separates_hits_from_misses_and_merges_deeper() -> None:

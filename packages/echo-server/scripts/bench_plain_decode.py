@@ -18,9 +18,9 @@ from typing import Any
 
 import torch
 
+from echo_server.engine.greedy import greedy_generate
 from echo_server.kv import KVPool
 from echo_server.model import load_model
-from echo_server.model.greedy import greedy_generate
 from echo_server.model.hf_reference import load_hf_reference
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}

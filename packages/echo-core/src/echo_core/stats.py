@@ -36,6 +36,60 @@ def _ratio(num: int, den: int) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class AcceptanceTotals:
+    """Acceptance counts over any set of request-steps; the one home of the two ratios.
+
+    A request-step is one request in one verify pass: it verifies ``n`` draft nodes, accepts
+    ``a`` and emits ``a + 1`` tokens (the bonus). Over a set of them,
+
+    - ``draft_yield = accepted / verified`` (0.0 when nothing was verified);
+    - ``mean_accepted_length = (accepted + request_steps) / request_steps`` (0.0 for none).
+
+    Totals add and subtract (windows, deltas between reports) before the ratio is taken, so
+    long and short steps weigh by their tokens. ``request_steps`` counts requests, not engine
+    steps: a step over 8 requests adds 8.
+    """
+
+    request_steps: int = 0
+    verified: int = 0
+    accepted: int = 0
+
+    def __post_init__(self) -> None:
+        if min(self.request_steps, self.verified, self.accepted) < 0:
+            raise AcceptanceError(f"acceptance totals must be >= 0, got {self}")
+
+    def __add__(self, other: AcceptanceTotals) -> AcceptanceTotals:
+        return AcceptanceTotals(
+            self.request_steps + other.request_steps,
+            self.verified + other.verified,
+            self.accepted + other.accepted,
+        )
+
+    def __sub__(self, earlier: AcceptanceTotals) -> AcceptanceTotals:
+        """The counts added since ``earlier`` (a snapshot of the same running totals)."""
+        return AcceptanceTotals(
+            self.request_steps - earlier.request_steps,
+            self.verified - earlier.verified,
+            self.accepted - earlier.accepted,
+        )
+
+    @property
+    def emitted(self) -> int:
+        """Tokens emitted by these request-steps: accepted plus one bonus each."""
+        return self.accepted + self.request_steps
+
+    @property
+    def draft_yield(self) -> float:
+        """``accepted / verified``, 0.0 when nothing was verified."""
+        return _ratio(self.accepted, self.verified)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """``(accepted + request_steps) / request_steps``, 0.0 for no request-steps."""
+        return _ratio(self.emitted, self.request_steps)
+
+
+@dataclass(frozen=True, slots=True)
 class StepStats:
     """Acceptance metrics of one verify step (see the module docstring for the formulas)."""
 
@@ -75,19 +129,24 @@ class StepStats:
         return int(self.accepted.sum())
 
     @property
+    def totals(self) -> AcceptanceTotals:
+        """This step's counts (``B`` request-steps)."""
+        return AcceptanceTotals(self.batch_size, self.total_verified, self.total_accepted)
+
+    @property
     def total_emitted(self) -> int:
         """Accepted plus bonus tokens."""
-        return self.total_accepted + int(self.bonus.sum())
+        return self.totals.emitted
 
     @property
     def draft_yield(self) -> float:
-        """``sum accepted / sum verified``, 0.0 when nothing was verified."""
-        return _ratio(self.total_accepted, self.total_verified)
+        """:attr:`AcceptanceTotals.draft_yield` of this step."""
+        return self.totals.draft_yield
 
     @property
     def mean_accepted_length(self) -> float:
-        """``(sum accepted + sum bonus) / B``, 0.0 for an empty batch."""
-        return _ratio(self.total_emitted, self.batch_size)
+        """:attr:`AcceptanceTotals.mean_accepted_length` of this step."""
+        return self.totals.mean_accepted_length
 
 
 @dataclass(slots=True)
@@ -123,14 +182,19 @@ class StatsAccumulator:
         self._verified_per_depth.clear()
 
     @property
+    def totals(self) -> AcceptanceTotals:
+        """The counts over every step added."""
+        return AcceptanceTotals(self.request_steps, self.verified, self.accepted)
+
+    @property
     def draft_yield(self) -> float:
-        """``total accepted / total verified``, 0.0 when nothing was verified."""
-        return _ratio(self.accepted, self.verified)
+        """:attr:`AcceptanceTotals.draft_yield` over every step added."""
+        return self.totals.draft_yield
 
     @property
     def mean_accepted_length(self) -> float:
-        """``(total accepted + total bonus) / total requests over steps``, 0.0 before any."""
-        return _ratio(self.accepted + self.bonus, self.request_steps)
+        """:attr:`AcceptanceTotals.mean_accepted_length` over every step added."""
+        return self.totals.mean_accepted_length
 
     @property
     def accepted_per_depth(self) -> Tensor:

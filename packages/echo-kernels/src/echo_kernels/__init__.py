@@ -4,7 +4,7 @@ Public functions dispatch per call (``backend="auto"``: Triton on CUDA, torch on
 
 - :func:`tree_attention` with :func:`verify_metadata` / :func:`prefill_metadata`;
 - :func:`greedy_accept` and :func:`stochastic_accept` (echo-core's rules, same results);
-- :func:`commit_kv` (slot-table update after acceptance, no KV copy).
+- :func:`commit_kv` (slot-table update after acceptance, no KV copy) and :func:`kept_rows`.
 
 Importing this package never imports triton (only ``echo_kernels.triton_kernels`` does, lazily).
 """
@@ -16,7 +16,7 @@ from echo_kernels.attention_metadata import (
     verify_metadata,
 )
 from echo_kernels.backend import Backend, BackendError
-from echo_kernels.kv_commit import CommitResult, commit_kv
+from echo_kernels.kv_commit import CommitResult, commit_kv, kept_rows
 from echo_kernels.tolerances import ATTENTION_TOLERANCES, Tolerance
 from echo_kernels.tree_attention import tree_attention
 
@@ -29,6 +29,7 @@ __all__ = [
     "TreeAttentionMetadata",
     "commit_kv",
     "greedy_accept",
+    "kept_rows",
     "prefill_metadata",
     "stochastic_accept",
     "tree_attention",

@@ -217,7 +217,8 @@ def _write_path(parent_ptr, depth_ptr, out_ptr, leaf):  # type: ignore[no-untype
 
 @triton.jit  # type: ignore[untyped-decorator]
 def kv_commit_kernel(  # type: ignore[no-untyped-def]
-    req_to_slot_ptr,  # [B, max_ctx] int64, updated in place
+    req_to_slot_ptr,  # [rows, max_ctx] int64, updated in place
+    req_rows_ptr,  # [B] int64, distinct: the req_to_slot row of each request
     cache_len_ptr,  # [B] int64
     row_slots_ptr,  # [B+N] int64, pool slot of every verify row
     cu_nodes_ptr,  # [B+1] int64
@@ -235,7 +236,7 @@ def kv_commit_kernel(  # type: ignore[no-untyped-def]
     root_row = tl.load(cu_nodes_ptr + b) + b
     cached = tl.load(cache_len_ptr + b)
     count = tl.load(num_accepted_ptr + b)
-    table = req_to_slot_ptr + b * stride_table + cached
+    table = req_to_slot_ptr + tl.load(req_rows_ptr + b) * stride_table + cached
     tl.store(table, tl.load(row_slots_ptr + root_row))
     tl.store(keep_ptr + root_row, 1)
     for start in range(0, count, BLOCK):

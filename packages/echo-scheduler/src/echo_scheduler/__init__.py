@@ -1,8 +1,7 @@
 """echo-scheduler: ECHO's elastic super-tree budget scheduler and its baselines, behind one
-interface (:mod:`echo_scheduler.interface`), plus the verify-cost model, cluster budget split
-and a trace-driven simulator."""
+interface (:mod:`echo_scheduler.interface`), plus the verify-cost model and a trace-driven
+simulator. (The cluster budget split, water-filling, lives in echo-controller.)"""
 
-from echo_scheduler.cluster import BudgetSplit, water_fill
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import BudgetChoice, VerifyCostModel, choose_budget, gain_curve
 from echo_scheduler.errors import CostModelError, PolicyError, SchedulerError, TraceError
@@ -14,7 +13,6 @@ __all__ = [
     "POLICY_NAMES",
     "BasePolicy",
     "BudgetChoice",
-    "BudgetSplit",
     "Children",
     "CostModelError",
     "DraftPlan",
@@ -31,6 +29,5 @@ __all__ = [
     "gain_curve",
     "grow_pool",
     "make_policy",
-    "water_fill",
 ]
 __version__ = "0.1.0"

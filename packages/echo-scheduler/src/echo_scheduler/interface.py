@@ -1,16 +1,17 @@
-"""The one interface every drafting/selection policy implements, as the engine drives it.
+"""The one interface every drafting/selection policy implements.
 
-One decode step, in the engine (the simulator makes exactly the same calls)::
+A *policy* decides, per decode step, which nodes the drafter expands and which drafted nodes are
+verified. :func:`echo_scheduler.driver.drive_step` is the only loop that calls it (the engine,
+the simulator and the SGLang replay all use it)::
 
     plan = policy.begin_step(StepBatch(batch_size=B, budget=K, max_nodes=caps))
     pool = empty_tree(B)
     while not plan.done:
-        children = drafter(pool, plan)        # top-k children (token, log q) per expanded node
-        pool = append_children(pool, ...)     # re-packed, BFS order within every request
+        pool = source.grow(pool, plan)        # top-k children per expanded node, BFS re-packed
         plan = policy.after_depth(pool)
     keep = policy.select(pool)                # [N] bool, ancestor-closed, <= K, <= caps
     tree = select_nodes(pool, keep)           # the SuperTree to verify
-    policy.observe(StepOutcome(accepted_lengths=...))   # optional feedback
+    policy.observe(StepOutcome(...))          # after verification: accepted lengths
 
 Plans. The first plan (from ``begin_step``) has ``root_topk`` ([B] int64): how many children of
 each request's root to draft (0 = none). Every later plan (from ``after_depth``) has ``expand``
@@ -34,6 +35,7 @@ import torch
 from torch import Tensor
 
 from echo_core.tree import TreeBatch
+from echo_gating.policy import GatePolicy
 from echo_scheduler.errors import PolicyError
 
 
@@ -44,7 +46,6 @@ class StepBatch:
     batch_size: int
     budget: int  # K: draft nodes verified this step, whole batch, roots not counted
     max_nodes: Tensor  # [B] int64 >= 0, per-request cap on draft nodes (0 = must not draft)
-    greedy: Tensor | None = None  # [B] bool, T=0 requests; reserved, no policy ranks by it yet
     min_utility: float = 0.0  # cost floor: verify a node only if its estimated acceptance >= this
     depth_price: float | None = None  # tokens one more drafter call must promise (None: config)
 
@@ -64,11 +65,6 @@ class StepBatch:
             )
         if bool((m < 0).any()):
             raise PolicyError(f"max_nodes must be >= 0, got {m.tolist()}")
-        g = self.greedy
-        if g is not None and (g.dtype != torch.bool or g.shape != (self.batch_size,)):
-            raise PolicyError(
-                f"greedy must be [{self.batch_size}] bool, got {tuple(g.shape)} {g.dtype}"
-            )
 
     @staticmethod
     def uniform(batch_size: int, budget: int, max_nodes: int = 1 << 30) -> StepBatch:
@@ -137,23 +133,24 @@ class Policy(Protocol):
 
     def observe(self, outcome: StepOutcome) -> None: ...
 
+    def active_gate(self) -> GatePolicy | None: ...
+
+    def set_gate(self, gate: GatePolicy) -> bool: ...
+
 
 class BasePolicy:
-    """Shared bookkeeping: the current step's batch, the depth drafted so far, smoothed feedback.
+    """Shared bookkeeping: the current step's batch and the depth drafted so far.
 
     Subclasses implement ``_start`` (optional), ``_first_plan`` (called only when the budget and
-    batch are non-empty), ``_next_plan`` and ``select``. ``smoothed_accept`` is
-    the exponential moving average ``s <- (1 - a) s + a * mean(accepted_lengths)``, a = 0.1, over
-    the steps observed; no baseline acts on it, it is there for adaptive policies and metrics.
+    batch are non-empty), ``_next_plan``, ``select`` and, if they learn from outcomes,
+    ``observe`` (a no-op here).
     """
 
     name = "base"
-    EMA_ALPHA = 0.1
 
     def __init__(self) -> None:
         self._batch: StepBatch | None = None
         self.depth = 0  # deepest depth drafted this step
-        self.smoothed_accept: float | None = None
 
     @property
     def batch(self) -> StepBatch:
@@ -179,11 +176,15 @@ class BasePolicy:
         return self._next_plan(pool)
 
     def observe(self, outcome: StepOutcome) -> None:
-        if outcome.accepted_lengths.numel() == 0:
-            return
-        mean = float(outcome.accepted_lengths.to(torch.float32).mean())
-        prev = self.smoothed_accept
-        self.smoothed_accept = mean if prev is None else prev + self.EMA_ALPHA * (mean - prev)
+        """Feedback after verification; the baselines learn nothing from it."""
+
+    def active_gate(self) -> GatePolicy | None:
+        """The confidence gates this policy drafts under; None: it has none (the baselines)."""
+        return None
+
+    def set_gate(self, gate: GatePolicy) -> bool:
+        """Use ``gate`` from the next step on (a recalibration); False: this policy has none."""
+        return False
 
     def _start(self, batch: StepBatch) -> None:
         """Reset per-step state; runs on every step, even when nothing will be drafted."""

@@ -15,22 +15,19 @@ them as one chain per request: ``calls = max_b L_b``, ``expansions`` = its accep
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from echo_core.tree import TreeBatch, empty_tree, select_nodes
+from echo_core.stats import AcceptanceTotals
+from echo_core.tree import TreeBatch
 from echo_scheduler.cost import VerifyCostModel
-from echo_scheduler.errors import PolicyError, TraceError
+from echo_scheduler.driver import DrivenStep, drive_step
 from echo_scheduler.interface import DraftPlan, Policy, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths, accepted_mask, oracle_accepted
 from echo_scheduler.pool import Children, grow_pool
-
-MAX_DRAFT_CALLS = 64
-"""A policy still drafting after this many depths is considered broken."""
 
 
 class SimStep(Protocol):
@@ -74,16 +71,14 @@ class StepResult:
     schedule_s: float  # wall time inside the policy's methods
 
 
-@dataclass(frozen=True, slots=True)
-class Drive:
-    """What one step of a policy produced: the final pool, the selection, drafting effort."""
+class SimSource:
+    """A :class:`SimStep` as the driver's draft source."""
 
-    pool: TreeBatch
-    keep: Tensor  # [N] bool
-    calls: int
-    expansions: int
-    schedule_s: float  # wall time inside the policy's methods
-    schedule_cpu_s: float  # process CPU time inside them (robust to a shared machine)
+    def __init__(self, step: SimStep) -> None:
+        self.step = step
+
+    def grow(self, pool: TreeBatch, plan: DraftPlan) -> TreeBatch:
+        return grow_pool(pool, self.step.draft(pool, plan))
 
 
 def drive(
@@ -92,32 +87,14 @@ def drive(
     budget: int,
     min_utility: float = 0.0,
     depth_price: float | None = None,
-) -> Drive:
-    """One step through the engine's call sequence (module docstring); checks both contracts.
+) -> DrivenStep:
+    """One step through the policy driver (:func:`~echo_scheduler.driver.drive_step`, strict:
+    a policy still drafting after ``MAX_DRAFT_DEPTH`` depths is an error).
 
     ``min_utility`` / ``depth_price``: the engine's elastic cost floor (echo_scheduler.elastic).
     """
-    b = step.batch_size
-    t0, c0 = time.perf_counter(), time.process_time()
-    batch = StepBatch(b, budget, step.max_nodes, None, min_utility, depth_price)
-    plan = policy.begin_step(batch)
-    spent, cpu = time.perf_counter() - t0, time.process_time() - c0
-    pool = empty_tree(b)
-    calls = expansions = 0
-    while not plan.done:
-        _check_plan(pool, plan, calls)
-        calls += 1
-        roots = plan.root_topk
-        expansions += int((roots > 0).sum()) if roots is not None else int(plan.expand.numel())
-        pool = grow_pool(pool, step.draft(pool, plan))
-        t0, c0 = time.perf_counter(), time.process_time()
-        plan = policy.after_depth(pool)
-        spent, cpu = spent + time.perf_counter() - t0, cpu + time.process_time() - c0
-    t0, c0 = time.perf_counter(), time.process_time()
-    keep = policy.select(pool)
-    spent, cpu = spent + time.perf_counter() - t0, cpu + time.process_time() - c0
-    check_selection(pool, keep, budget, step.max_nodes)
-    return Drive(pool, keep, calls, expansions, spent, cpu)
+    batch = StepBatch(step.batch_size, budget, step.max_nodes, min_utility, depth_price)
+    return drive_step(policy, SimSource(step), batch, strict=True)
 
 
 def run_step(policy: Policy, step: SimStep, budget: int, oracle_width: int) -> StepResult:
@@ -133,7 +110,7 @@ def run_step(policy: Policy, step: SimStep, budget: int, oracle_width: int) -> S
     return StepResult(
         accepted=int(lengths.sum()),
         verified=int(keep.sum()),
-        calls=run.calls,
+        calls=run.depths,
         expansions=run.expansions,
         pool_nodes=pool.num_nodes,
         pool_oracle=oracle_accepted(in_pool, step.max_nodes, budget),
@@ -141,33 +118,6 @@ def run_step(policy: Policy, step: SimStep, budget: int, oracle_width: int) -> S
         oracle_calls=int(reach.max()) if b else 0,
         schedule_s=run.schedule_s,
     )
-
-
-def check_selection(pool: TreeBatch, keep: Tensor, budget: int, max_nodes: Tensor) -> TreeBatch:
-    """Raise unless ``keep`` is a legal selection; return the SuperTree."""
-    tree = select_nodes(pool, keep)  # raises TreeError unless ancestor-closed
-    if tree.num_nodes > budget:
-        raise PolicyError(f"selected {tree.num_nodes} nodes, budget is {budget}")
-    over = tree.nodes_per_request() > max_nodes
-    if bool(over.any()):
-        raise PolicyError(f"requests {over.nonzero().flatten().tolist()} exceed max_nodes")
-    return tree
-
-
-def _check_plan(pool: TreeBatch, plan: DraftPlan, calls: int) -> None:
-    if calls >= MAX_DRAFT_CALLS:
-        raise PolicyError(f"policy still drafting after {calls} depths")
-    if plan.root_topk is not None:
-        if calls != 0 or plan.root_topk.shape != (pool.batch_size,):
-            raise TraceError("root_topk is legal on the first plan only, one entry per request")
-        return
-    e = plan.expand
-    if calls == 0:
-        raise TraceError("the first plan must draft the roots (root_topk)")
-    if bool((e < 0).any() | (e >= pool.num_nodes).any()) or torch.unique(e).numel() != e.numel():
-        raise TraceError(f"expand must hold distinct indices into the pool of {pool.num_nodes}")
-    if bool((pool.depth[e] != calls).any()):
-        raise TraceError(f"expanded nodes must sit at the depth drafted last ({calls})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,12 +156,13 @@ def summarize(
         for r in results
     )
     emitted = batch_size * len(results)
+    totals = AcceptanceTotals(emitted, ver, acc)
     return Summary(
         accepted=acc / n,
         verified=ver / n,
         pool_nodes=sum(r.pool_nodes for r in results) / n,
-        draft_yield=acc / ver if ver else 0.0,
-        mat=1.0 + acc / max(emitted, 1),
+        draft_yield=totals.draft_yield,
+        mat=totals.mean_accepted_length,
         tokens_per_s=(emitted + acc) / t if t else 0.0,
         oracle_ratio=acc / orc if orc else 1.0,
         pool_ratio=acc / max(sum(r.pool_oracle for r in results), 1),

@@ -23,15 +23,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from echo_core.tree import ROOT, TreeBatch, empty_tree, make_tree
+from echo_core.tree import ROOT, TreeBatch, make_tree
 from echo_scheduler.config import PolicyConfig
+from echo_scheduler.driver import drive_step
 from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import DraftPlan, StepBatch
 from echo_scheduler.outcome import accepted_mask
 from echo_scheduler.policies.global_topk import GlobalTopKPolicy
-from echo_scheduler.pool import Children, grow_pool
+from echo_scheduler.pool import Children
 from echo_scheduler.ranking import rank_in_group
-from echo_scheduler.synthetic import MODULUS, SyntheticStep, path_hash
+from echo_scheduler.simulator import SimSource
+from echo_scheduler.workloads import MODULUS, SyntheticStep, path_hash
 
 FORMAT = "echo-trace/1"
 
@@ -103,11 +105,8 @@ def record(step: SyntheticStep, config: PolicyConfig) -> RecordedStep:
     (``topk`` nodes per depth, ``draft_width`` children each), no gating, no budget."""
     policy = GlobalTopKPolicy(config)
     caps = step.max_nodes.clamp(min=1)
-    plan = policy.begin_step(StepBatch(batch_size=step.batch_size, budget=1, max_nodes=caps))
-    pool = empty_tree(step.batch_size)
-    while not plan.done:
-        pool = grow_pool(pool, step.draft(pool, plan))
-        plan = policy.after_depth(pool)
+    batch = StepBatch(batch_size=step.batch_size, budget=1, max_nodes=caps)
+    pool = drive_step(policy, SimSource(step), batch, strict=True).pool
     return RecordedStep(pool=pool, target=step.target, max_nodes=step.max_nodes)
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.synthetic import SyntheticWorkload
 from echo_scheduler.trace import record
+from echo_scheduler.workloads import SyntheticWorkload
 from echo_server.bench.projection import ProjectionSpec, project, projection_tables
 from echo_server.bench.traces import TraceRow, compose, load_rows, save_traces, split_rows
 

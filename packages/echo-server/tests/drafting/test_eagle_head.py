@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from echo_core.tolerance import float_tolerance
 from echo_server.drafting.eagle_head import EagleHead, EagleHeadConfig, default_config, rope
 from echo_server.training.synthetic import DRAFT_VOCAB, HIDDEN, VOCAB, tiny_config, tiny_head
 
@@ -82,6 +83,11 @@ def test_packed_inference_matches_the_module_path() -> None:
     plain = run()
     if not head.pack_for_inference():
         pytest.skip("oneDNN packing is not available here")
-    torch.testing.assert_close(run(), plain, atol=1e-4, rtol=1e-4)
+    # One decoder layer in float32, longest reduction max(2H, MLP) = 384, |logit| ~33: 3.3e-4
+    # (observed 1.9e-5: oneDNN's packed products round differently from F.linear's).
+    c = head.config
+    reduction = max(2 * c.hidden_size, c.intermediate_size)
+    atol = float_tolerance(torch.float32, reduction, scale=float(plain.abs().max()))
+    torch.testing.assert_close(run(), plain, atol=atol, rtol=0)
     head.unpack()
     assert torch.equal(run(), plain)

@@ -143,7 +143,7 @@ def test_a_request_whose_step_fails_finishes_alone_with_an_error(
         engine.submit(GenerationRequest(rid, prompt_ids=ids, params=params))
     events: list[StepEvent] = []
     while engine.has_work():
-        events += engine.step()
+        events += engine.step().events
     failed = [e for e in events if e.finish_reason is FinishReason.ERROR]
     assert [e.request_id for e in failed] == ["b"]
     assert failed[0].error is not None

@@ -11,21 +11,20 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from echo_proto.budget.v1 import budget_pb2_grpc
+from echo_controller import process
+from echo_controller.calibration import PoolConfig
+from echo_controller.lease_table import LeaseConfig
+from echo_controller.process import ControllerConfig, RunningController
+from echo_controller.server import GrpcServer, ServerConfig, start_server
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_proto.serving.v1 import serving_pb2_grpc
 from echo_scheduler.policies import make_policy
 from echo_server.drafting import Drafter, NgramDrafter
 from echo_server.engine import Engine, EngineConfig
-from echo_server.grpc.calibration_pool import CalibrationPool, PoolConfig
-from echo_server.grpc.controller import SERVICE_NAME as CONTROLLER_SERVICE
-from echo_server.grpc.controller import BudgetControllerService
 from echo_server.grpc.convert import RequestLimits
 from echo_server.grpc.engine_thread import EngineThread
 from echo_server.grpc.generation_service import SERVICE_NAME, GenerationService
-from echo_server.grpc.lease_table import LeaseConfig, LeaseTable
-from echo_server.grpc.metrics import ControllerMetrics, NodeMetrics
-from echo_server.grpc.server import GrpcServer, ServerConfig, start_server
+from echo_server.grpc.metrics import NodeMetrics
 from echo_server.model.loader import LoadedModel
 
 CALL_TIMEOUT_S = 60.0
@@ -94,41 +93,15 @@ def in_process_node(smollm: LoadedModel) -> NodeFactory:
     return start
 
 
-@dataclass
-class InProcessController:
-    server: GrpcServer
-    service: BudgetControllerService
-    channel: grpc.aio.Channel
-    stub: budget_pb2_grpc.BudgetControllerAsyncStub
-    expiry: asyncio.Task[None]
-
-    async def stop(self) -> None:
-        self.expiry.cancel()
-        await asyncio.gather(self.expiry, return_exceptions=True)
-        await self.channel.close()
-        await self.server.stop(None)
-
-
 async def start_controller(
     config: LeaseConfig,
     *,
     listen: str = "127.0.0.1:0",
     incarnation: int = 1,
-    token: str | None = None,
-    calibration: PoolConfig | None = None,
-) -> InProcessController:
-    table = LeaseTable(config, incarnation)
-    service = BudgetControllerService(table, CalibrationPool(calibration), ControllerMetrics())
-    server = await start_server(
-        ServerConfig(listen, token=token),
-        lambda s: budget_pb2_grpc.add_BudgetControllerServicer_to_server(service, s),
-        [CONTROLLER_SERVICE],
-    )
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
-    expiry = asyncio.create_task(service.expire_loop(config.report_interval_ms / 4000))
-    return InProcessController(
-        server, service, channel, budget_pb2_grpc.BudgetControllerStub(channel), expiry
-    )
+) -> RunningController:
+    """An in-process budget controller (echo-controller) with calibration sharing."""
+    controller = ControllerConfig(ServerConfig(listen), config, PoolConfig())
+    return await process.start_controller(controller, incarnation=incarnation)
 
 
 async def eventually(check: Callable[[], bool], deadline_s: float = 20.0) -> None:

@@ -1,4 +1,5 @@
-"""Wire <-> core mapping: validation names the field; values survive the round trip."""
+"""Wire <-> core mapping on the node: validation names the field; values survive the round trip
+(to the controller's side, echo_controller.convert, and back)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,18 @@ import math
 import pytest
 import torch
 
+from echo_controller import convert as controller_convert
+from echo_controller.calibration_pool import CalibrationPool
+from echo_controller.errors import FieldError
+from echo_controller.lease_table import LeaseGrant
 from echo_gating.policy import GatePolicy
-from echo_gating.synthetic import SyntheticSpec, synthetic_records
+from echo_gating.testing import SyntheticSpec, synthetic_records
 from echo_proto.budget.v1 import budget_pb2 as bpb
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_server.engine import FinishReason
 from echo_server.grpc import convert
 from echo_server.grpc.convert import RequestLimits
-from echo_server.grpc.errors import FieldError
 from echo_server.grpc.lease import NodeReport
-from echo_server.grpc.lease_table import LeaseGrant
 from echo_server.grpc.request_items import RequestSummary
 
 LIMITS = RequestLimits(vocab_size=100, policy="echo", default_max_tokens=7, max_tokens=64)
@@ -86,73 +89,26 @@ def test_summary_maps_to_response_and_stream_final() -> None:
     assert (response.stats.output_tokens, response.stats.draft_yield) == (2, 0.5)
 
 
-def test_utility_curves_are_validated_and_expanded_per_token() -> None:
-    curve = convert.utility_curve(bpb.MarginalUtility(budget_step=2, accepted_per_token=[0.5, 0.2]))
-
-    assert curve.tolist() == [0.5, 0.5, 0.2, 0.2]
-    for bad, field in [
-        (bpb.MarginalUtility(budget_step=1, accepted_per_token=[0.2, 0.5]), "accepted_per_token"),
-        (bpb.MarginalUtility(budget_step=1, accepted_per_token=[1.5]), "accepted_per_token"),
-        (bpb.MarginalUtility(budget_step=0, accepted_per_token=[0.5]), "budget_step"),
-    ]:
-        with pytest.raises(FieldError, match=field):
-            convert.utility_curve(bad)
-
-
-@pytest.mark.parametrize(
-    ("request_", "field"),
-    [
-        (bpb.RegisterNodeRequest(node_id=""), "node_id"),
-        (bpb.RegisterNodeRequest(node_id="bad id"), "node_id"),
-        (bpb.RegisterNodeRequest(node_id="n", k_max=1 << 20), "k_max"),
-        (
-            bpb.RegisterNodeRequest(
-                node_id="n", verify_cost=[bpb.VerifyCostPoint(total_tokens=4, latency_ms=1)]
-            ),
-            "verify_cost",
-        ),
-        (
-            bpb.RegisterNodeRequest(
-                node_id="n",
-                verify_cost=[
-                    bpb.VerifyCostPoint(total_tokens=4, latency_ms=1),
-                    bpb.VerifyCostPoint(total_tokens=2, latency_ms=1),
-                ],
-            ),
-            "verify_cost[1]",
-        ),
-    ],
-)
-def test_bad_registrations_name_the_field(request_: bpb.RegisterNodeRequest, field: str) -> None:
-    with pytest.raises(FieldError) as info:
-        convert.node_spec(request_)
-
-    assert info.value.field == field
-
-
 def test_report_records_and_gate_policies_survive_the_wire() -> None:
     records = synthetic_records(SyntheticSpec(), torch.Generator().manual_seed(0), 2, 3)
     report = NodeReport(1, 0, (0.5,), 1, 100, 3, 9, 4, 2.3, 7, "none", records, "drifted")
 
     message = convert.report_request("n0", 5, report)
-    decoded = convert.report_records(bpb.ReportRequest.FromString(message.SerializeToString()))
+    decoded = CalibrationPool.decode(bpb.ReportRequest.FromString(message.SerializeToString()))
 
     assert decoded is not None
     assert torch.equal(decoded.accepted, records.accepted)
     assert message.drift_detected
     assert message.registration_epoch == 5
     policy = GatePolicy.sparse({2: 0.4}, max_depth=4)
-    assert convert.gate_policy(convert.gate_artifact(policy)) == policy
-    with pytest.raises(FieldError, match="warmup_format"):
-        convert.report_records(bpb.ReportRequest(warmup_records=b"x", warmup_format="pickle"))
-    with pytest.raises(FieldError, match="warmup_records"):
-        convert.report_records(
-            bpb.ReportRequest(warmup_records=b"garbage", warmup_format=convert.WARMUP_FORMAT)
-        )
+    assert message.warmup_format == controller_convert.WARMUP_FORMAT
+    assert convert.gate_policy(controller_convert.gate_artifact(policy)) == policy
+    with pytest.raises(FieldError, match=r"gate_policy\.version"):
+        convert.gate_policy(bpb.GatePolicyArtifact(version="other", json=policy.to_json()))
 
 
 def test_leases_carry_the_grant_and_arrive_with_the_receipt_time() -> None:
-    message = convert.lease_message(LeaseGrant("n0", 6, 42, 3000), "v1", 1_700_000_000.5)
+    message = controller_convert.lease_message(LeaseGrant("n0", 6, 42, 3000), "v1", 1_700_000_000.5)
     lease = convert.received_lease(message, now=10.0)
 
     assert (lease.budget_k, lease.epoch, lease.gate_policy_version) == (6, 42, "v1")

@@ -13,11 +13,11 @@ from grpc_reflection.v1alpha import (  # type: ignore[import-untyped]  # no stub
     reflection_pb2_grpc,
 )
 
+from echo_controller.security import auth_metadata
 from echo_gating.policy import GatePolicy
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_server.drafting import Drafter
 from echo_server.grpc.generation_service import RETRY_PUSHBACK_KEY, SERVICE_NAME
-from echo_server.grpc.security import auth_metadata
 
 from .conftest import CALL_TIMEOUT_S, NodeFactory
 

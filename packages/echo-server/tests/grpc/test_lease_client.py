@@ -6,8 +6,9 @@ import asyncio
 
 import torch
 
+from echo_controller.lease_table import LeaseConfig
 from echo_gating.policy import GatePolicy
-from echo_gating.synthetic import SyntheticSpec, synthetic_records
+from echo_gating.testing import SyntheticSpec, synthetic_records
 from echo_scheduler.policies import make_policy
 from echo_server.drafting import NgramDrafter
 from echo_server.engine import Engine, EngineConfig
@@ -15,7 +16,6 @@ from echo_server.grpc.engine_thread import EngineThread
 from echo_server.grpc.gate_observer import GateObserver
 from echo_server.grpc.lease import NodeIdentity
 from echo_server.grpc.lease_client import LeaseClient
-from echo_server.grpc.lease_table import LeaseConfig
 from echo_server.model.loader import LoadedModel
 
 from .conftest import eventually, start_controller
@@ -80,6 +80,7 @@ def test_a_pushed_gate_policy_replaces_the_engines_gates(smollm: LoadedModel) ->
         run = asyncio.create_task(client.run())
         try:
             await eventually(lambda: client.lease is not None)
+            assert ctl.service.calibration is not None
             ctl.service.calibration.install(("t", "ngram"), pushed, now=0.0)
             await eventually(lambda: worker.snapshot.gate_policy_version == "pushed-v2")
             assert observer.gate.version == "pushed-v2"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
+import echo_kernels.kv_commit as kernels_commit
 from echo_core.tree import make_tree
-from echo_server.kv import KVPool, commit_verified, kept_rows
+from echo_server.kv import KVCapacityError, KVPool, commit_verified, kept_rows
 from echo_server.model.config import ModelConfig
 
 CONFIG = ModelConfig(
@@ -60,3 +63,68 @@ def test_commit_rejects_mismatched_slots() -> None:
     tree = make_tree([[(1, -1, -0.1)]])
     with pytest.raises(ValueError, match=r"write_slots must be \[B \+ N = 2\]"):
         commit_verified(pool, [h], tree, pool.allocate(3), torch.tensor([[0]]), torch.tensor([1]))
+
+
+def test_commit_on_a_cpu_pool_runs_the_reference_on_the_pool_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[torch.Tensor, torch.Tensor]] = []
+    reference = kernels_commit.commit_reference
+
+    def spy(table: torch.Tensor, rows: torch.Tensor, *rest: Any) -> kernels_commit.CommitResult:
+        calls.append((table, rows))
+        return reference(table, rows, *rest)
+
+    def fail(*args: Any) -> kernels_commit.CommitResult:
+        raise AssertionError("the Triton commit ran for a CPU pool")
+
+    monkeypatch.setattr(kernels_commit, "commit_reference", spy)
+    monkeypatch.setattr(kernels_commit, "commit_triton", fail)
+    pool = KVPool(CONFIG, num_slots=20, max_requests=4)
+    handles = [pool.add_request() for _ in range(4)][2:]  # table rows 2 and 3, not 0 and 1
+    tree = make_tree([[(1, -1, -0.1), (2, 0, -0.1)], [(3, -1, -0.1)]])
+    write = pool.allocate(5)
+    commit_verified(
+        pool, handles, tree, write, torch.tensor([[0, 1], [-1, -1]]), torch.tensor([2, 0])
+    )
+    assert len(calls) == 1
+    assert calls[0][0] is pool.slot_table  # written in place, no gathered copy
+    assert calls[0][1].tolist() == [2, 3]
+    rows = write.tolist()
+    assert pool.request_slots(handles[0]).tolist() == rows[:3]
+    assert pool.request_slots(handles[1]).tolist() == [rows[3]]
+    assert pool.num_free == 20 - 4  # node 0 of request 1 was freed
+
+
+def test_a_triton_decision_reaches_the_commit_kernel_launcher(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    launched: list[torch.device] = []
+    reference = kernels_commit.commit_reference
+
+    def launcher(*args: Any) -> kernels_commit.CommitResult:
+        launched.append(args[0].device)
+        return reference(*args)
+
+    monkeypatch.setattr(kernels_commit, "use_triton", lambda choice, device: True)
+    monkeypatch.setattr(kernels_commit, "commit_triton", launcher)
+    pool = KVPool(CONFIG, num_slots=8, max_requests=1)
+    h = pool.add_request()
+    tree = make_tree([[(1, -1, -0.1)]])
+    commit_verified(pool, [h], tree, pool.allocate(2), torch.tensor([[0]]), torch.tensor([1]))
+    assert launched == [torch.device("cpu")]
+    assert pool.cache_len(h) == 2
+
+
+def test_commit_past_max_context_is_refused_before_any_write() -> None:
+    pool = KVPool(CONFIG, num_slots=40, max_requests=1, max_context=3)
+    h = pool.add_request()
+    pool.append([h], pool.allocate(1), [1])
+    before = pool.slot_table.clone()
+    tree = make_tree([[(1, -1, -0.1), (2, 0, -0.1)]])
+    with pytest.raises(KVCapacityError, match="would reach 4 tokens, the maximum is 3"):
+        commit_verified(
+            pool, [h], tree, pool.allocate(3), torch.tensor([[0, 1]]), torch.tensor([2])
+        )
+    assert torch.equal(pool.slot_table, before)
+    assert pool.cache_len(h) == 1

@@ -1,4 +1,9 @@
-"""Attention backends vs a brute-force per-row reference (random pool, ragged batches, trees)."""
+"""Attention backends vs a brute-force per-row reference (random pool, ragged batches, trees).
+
+float32 backends vs the float64 reference: within :func:`rounding_atol` (float32, reduction
+``max(head dim, longest context)`` = 8-12, |out| < ~2.5): 1.6e-6 to 4.5e-6, observed 0.7e-7 to
+2.4e-7.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import pytest
 import torch
 from torch import Tensor
 
+from echo_core.tolerance import float_tolerance
 from echo_core.tree import make_tree
 from echo_core.verify_rows import verify_offsets
 from echo_server.model.attention import (
@@ -44,6 +50,12 @@ def brute_force(
                 w = torch.softmax(k[:, h // group] @ q[lo + r, h].double() * scale, 0)
                 out[lo + r, h] = w @ v[:, h // group]
     return out
+
+
+def rounding_atol(batch: AttentionBatch, expected: Tensor) -> float:
+    """float32 rounding of attention over ``batch`` around ``expected`` (module docstring)."""
+    reduction = max(DIM, batch.max_context)
+    return float_tolerance(torch.float32, reduction, scale=float(expected.abs().max()))
 
 
 def random_batch(
@@ -91,9 +103,8 @@ def test_causal_rows_match_brute_force(backend: AttentionBackend[Any], case: str
     cache_lens, rows = CASES[case]
     batch, q, kp, vp = random_batch(cache_lens, rows)
     got = run(backend, batch, q, kp, vp)
-    torch.testing.assert_close(
-        got.double(), brute_force(batch, q, kp, vp, SCALE), atol=1e-5, rtol=0
-    )
+    want = brute_force(batch, q, kp, vp, SCALE)
+    torch.testing.assert_close(got.double(), want, atol=rounding_atol(batch, want), rtol=0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS, ids=["torch", "echo_kernels"])
@@ -108,9 +119,8 @@ def test_tree_rows_match_brute_force(backend: AttentionBackend[Any]) -> None:
     rows = (verify_offsets(tree)[1:] - verify_offsets(tree)[:-1]).tolist()
     batch, q, kp, vp = random_batch([4, 6, 0], rows, tree_row_mask(tree), seed=3)
     got = run(backend, batch, q, kp, vp)
-    torch.testing.assert_close(
-        got.double(), brute_force(batch, q, kp, vp, SCALE), atol=1e-5, rtol=0
-    )
+    want = brute_force(batch, q, kp, vp, SCALE)
+    torch.testing.assert_close(got.double(), want, atol=rounding_atol(batch, want), rtol=0)
 
 
 def test_tree_row_mask_worked_example() -> None:

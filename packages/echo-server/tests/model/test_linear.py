@@ -1,4 +1,9 @@
-"""The oneDNN-packed projection against ``F.linear``, and its fallbacks."""
+"""The oneDNN-packed projection against ``F.linear``, and its fallbacks.
+
+Packed and unpacked products round differently (oneDNN's blocking depends on the CPU): compared
+within :func:`rounding_atol` (float32, reduction ``in_features`` = 64, |y| < ~4.3): 0.97e-5
+to 1.8e-5, observed 0 to 4.8e-7.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from echo_core.tolerance import float_tolerance
 from echo_server.model.linear import Linear, packing_available
+
+
+def rounding_atol(w: torch.Tensor, expected: torch.Tensor) -> float:
+    """Float rounding of ``x @ w.T`` around ``expected`` (module docstring)."""
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    return float_tolerance(w.dtype, w.shape[1], scale=scale)
 
 
 def _weights(out: int = 96, inp: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,7 +34,8 @@ def test_matches_f_linear_up_to_rounding(rows: int, with_bias: bool) -> None:
     x = torch.randn(rows, 64, generator=torch.Generator().manual_seed(1))
     got = Linear(w, bias)(x)
     assert got.shape == (rows, 96)
-    torch.testing.assert_close(got, F.linear(x, w, bias), atol=1e-5, rtol=1e-5)
+    want = F.linear(x, w, bias)
+    torch.testing.assert_close(got, want, atol=rounding_atol(w, want), rtol=0)
 
 
 def test_rows_do_not_depend_on_the_other_rows_beyond_one() -> None:
@@ -37,7 +50,8 @@ def test_rows_do_not_depend_on_the_other_rows_beyond_one() -> None:
 def test_non_contiguous_input_is_accepted() -> None:
     w, _ = _weights()
     x = torch.randn(64, 6, generator=torch.Generator().manual_seed(3)).t()  # [6, 64] strided
-    torch.testing.assert_close(Linear(w)(x), F.linear(x, w), atol=1e-5, rtol=1e-5)
+    want = F.linear(x, w)
+    torch.testing.assert_close(Linear(w)(x), want, atol=rounding_atol(w, want), rtol=0)
 
 
 def test_packs_float32_cpu_weights_only_and_can_be_turned_off(

@@ -7,9 +7,10 @@ P(node accepted), its marginal utility), else the path score ``P_i``; then
 ``u'_i = min(u_i, u'_parent)`` so the key never rises along a path. Ties (the maps are step
 functions) go to the higher path score, then the lower index.
 
-Gates. At a checkpoint d (``gate.is_checkpoint(d)``) a request whose layer confidence
-``C_b(d) < tau_d`` is truncated at ``t_b = d``: it drafts no deeper this step and none of its
-nodes deeper than d is ever selected (``t_b = Dmax`` for requests never truncated).
+Gates (echo_scheduler.gating). At a checkpoint d (``gate.is_checkpoint(d)``) a request whose
+layer confidence ``C_b(d) < tau_d`` is truncated at ``t_b = d``: it drafts no deeper this step
+and none of its nodes deeper than d is ever selected (``t_b = Dmax`` for requests never
+truncated).
 
 Selection tiers over the eligible nodes (``d_i <= t_b``), taken in order (tier, key desc):
 
@@ -23,7 +24,7 @@ Selection tiers over the eligible nodes (``d_i <= t_b``), taken in order (tier, 
 most ``max_nodes[b]`` per request. So no truncated request is widened while a Priority-1 node is
 left; with surplus the trees grow deeper, then wider. The selection for K is a subset of the one
 for K + 1 on the same pool, and with K >= every eligible band node all of them are selected.
-Measured (simulate.py): reserving the base costs accepted tokens whenever K <= B n0, because a
+Measured (compare.py): reserving the base costs accepted tokens whenever K <= B n0, because a
 fixed per-request share ignores marginal utility; hence ``reserve_base=False`` by default.
 
 Drafting. Every expanded node is drafted into ``W = max(k0, Wmax)`` children, so the pool holds
@@ -54,8 +55,8 @@ from torch import Tensor
 
 from echo_core.tree import TreeBatch
 from echo_gating.policy import GatePolicy
-from echo_gating.signals import layer_confidence
 from echo_scheduler.config import PolicyConfig
+from echo_scheduler.gating import apply_gate
 from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch
 from echo_scheduler.policies.frontier import expand_all
 from echo_scheduler.ranking import (
@@ -90,6 +91,14 @@ class EchoPolicy(BasePolicy):
         self.name = name
         self.reserve_base = reserve_base
         self.truncated_at = torch.zeros(0, dtype=torch.int64)  # [B], Dmax = never truncated
+
+    def active_gate(self) -> GatePolicy:
+        return self.gate
+
+    def set_gate(self, gate: GatePolicy) -> bool:
+        """Swap in recalibrated gates; they take effect at the next ``begin_step``."""
+        self.gate = gate
+        return True
 
     def _start(self, batch: StepBatch) -> None:
         self.truncated_at = torch.where(batch.max_nodes > 0, self.config.max_depth, 0)
@@ -126,9 +135,7 @@ class EchoPolicy(BasePolicy):
 
     def _next_plan(self, pool: TreeBatch) -> DraftPlan:
         d = self.depth
-        if self.gate.is_checkpoint(d):
-            ok = self.gate.gate(d, layer_confidence(pool, d))
-            self.truncated_at = torch.where(~ok & (self.truncated_at > d), d, self.truncated_at)
+        self.truncated_at = apply_gate(self.gate, pool, d, self.truncated_at)
         active = self.truncated_at > d
         if d >= self.config.max_depth or not bool(active.any()):
             return DraftPlan.finished(pool.device)

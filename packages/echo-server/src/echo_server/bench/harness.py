@@ -2,10 +2,11 @@
 
 Closed loop at concurrency C: the first C prompts are submitted, and each time a request
 finishes the next prompt is submitted, so (until the prompts run out) C requests are always in
-flight. Every decode step is captured (:mod:`echo_server.bench.capture`); once all requests of a
-step have finished, their outputs give the step's continuations, the oracle is evaluated
-(:mod:`echo_server.bench.oracle`) and the step's pool is dropped, so memory stays bounded by the
-steps still in flight. With ``record`` set, the steps are also kept as echo-trace/1 steps for the
+flight. Every decode pass comes back in the step's report (a
+:class:`~echo_server.engine.report.VerifiedStep`); once all requests of a pass have finished,
+their outputs give the pass's continuations, the oracle is evaluated
+(:mod:`echo_server.bench.oracle`) and the pass's pool is dropped, so memory stays bounded by the
+passes still in flight. With ``record`` set, the steps are also kept as echo-trace/1 steps for the
 simulator (:mod:`echo_server.bench.traces`).
 """
 
@@ -18,10 +19,10 @@ from dataclasses import dataclass, field, replace
 
 from echo_core.sampling import SamplingParams
 from echo_scheduler.trace import RecordedStep
-from echo_server.bench.capture import CapturedStep, attach
 from echo_server.bench.metrics import PHASES, RunAccumulator, RunResult, percentile
 from echo_server.bench.oracle import continuations, step_oracle
 from echo_server.engine import Engine, GenerationRequest
+from echo_server.engine.report import VerifiedStep
 from echo_server.engine.request import RequestError
 from echo_server.prompts import Prompt
 
@@ -73,13 +74,13 @@ def run_closed_loop(
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    log = attach(engine)
     queue = deque(enumerate(prompts))
     clock = _Clock()
     sequences: dict[str, list[int]] = {}
     outputs: dict[str, list[int]] = {}
     prompt_ids: dict[str, list[int]] = {}
-    pending: list[CapturedStep] = []
+    pending: list[VerifiedStep] = []
+    schedule_s = 0.0
     acc = RunAccumulator()
     recorded: list[RecordedStep] = []
     batch_sum = 0
@@ -98,7 +99,9 @@ def run_closed_loop(
                 still.append(step)
                 continue
             seqs = [sequences[r] for r in step.request_ids]
-            target = continuations(seqs, step.root_positions, max(step.pool.max_depth(), 1))
+            target = continuations(
+                seqs, step.root_positions.tolist(), max(step.pool.max_depth(), 1)
+            )
             hind = step_oracle(step.pool, step.keep, target, step.max_nodes, step.budget)
             acc.add(step, hind)
             if record:
@@ -110,9 +113,9 @@ def run_closed_loop(
     for _ in range(min(concurrency, len(queue))):
         submit_next()
     while engine.has_work():
-        events = engine.step()
+        report = engine.step()
         now = time.perf_counter()
-        for ev in events:
+        for ev in report.events:
             if ev.error is not None:
                 raise RequestError(f"{ev.request_id}: {ev.error}")
             clock.emitted(ev.request_id, len(ev.token_ids), now)
@@ -126,9 +129,9 @@ def run_closed_loop(
                 on_request_done()
             if queue:
                 submit_next()
-        new = log.drain()
-        batch_sum += sum(s.pool.batch_size for s in new)
-        pending.extend(new)
+        batch_sum += report.batch
+        schedule_s += sum(p.schedule_s for p in report.passes)
+        pending.extend(report.passes)
         settle()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if pending:
@@ -137,9 +140,9 @@ def run_closed_loop(
     metrics = engine.metrics
     steps = max(metrics.steps, 1)
     phase = dict(metrics.phase_seconds)
-    phase["draft"] = phase.get("draft", 0.0) - log.schedule_s
-    phase["schedule"] = log.schedule_s
-    phase["prefill"] = max(wall - sum(phase.values()), 0.0)
+    phase["draft"] = phase.get("draft", 0.0) - schedule_s
+    phase["schedule"] = schedule_s
+    phase["prefill"] = phase.get("prefill", 0.0) + max(wall - sum(phase.values()), 0.0)
     tokens = sum(len(o) for o in outputs.values())
     ys = acc.step_yields
     result = RunResult(

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import Tensor
 
-from echo_server.bench.capture import CapturedStep
+from echo_core.stats import AcceptanceTotals
 from echo_server.bench.oracle import StepOracle
+from echo_server.engine.report import VerifiedStep
 
 PHASES = ("prefill", "draft", "schedule", "verify", "accept", "commit", "emit")
 CONFIDENCE_BINS = 20
@@ -50,9 +51,7 @@ class RunAccumulator:
     """Running totals of one run, fed with every step once its requests have finished."""
 
     steps: int = 0
-    request_steps: int = 0
-    accepted: int = 0
-    verified: int = 0
+    acceptance: AcceptanceTotals = field(default_factory=AcceptanceTotals)
     oracle: int = 0
     budget: int = 0
     schedule_s: float = 0.0
@@ -63,12 +62,10 @@ class RunAccumulator:
         default_factory=lambda: torch.zeros(HIST_DEPTHS, 2, CONFIDENCE_BINS, dtype=torch.int64)
     )
 
-    def add(self, step: CapturedStep, hind: StepOracle) -> None:
-        acc, ver = int(step.accepted.sum()), int(step.keep.sum())
+    def add(self, step: VerifiedStep, hind: StepOracle) -> None:
+        acc, ver = step.stats.total_accepted, step.stats.total_verified
         self.steps += 1
-        self.request_steps += step.pool.batch_size
-        self.accepted += acc
-        self.verified += ver
+        self.acceptance += step.stats.totals
         self.oracle += hind.oracle
         self.budget += step.budget
         self.schedule_s += step.schedule_s
@@ -78,18 +75,22 @@ class RunAccumulator:
 
     @property
     def mean_accepted_length(self) -> float:
-        return (self.accepted + self.request_steps) / self.request_steps if self.steps else 0.0
+        return self.acceptance.mean_accepted_length
 
     @property
     def draft_yield(self) -> float:
-        return self.accepted / self.verified if self.verified else 0.0
+        return self.acceptance.draft_yield
+
+    @property
+    def verified(self) -> int:
+        return self.acceptance.verified
 
     @property
     def oracle_ratio(self) -> float | None:
-        return self.accepted / self.oracle if self.oracle else None
+        return self.acceptance.accepted / self.oracle if self.oracle else None
 
 
-def confidence_histogram(step: CapturedStep, hit: Tensor) -> Tensor:
+def confidence_histogram(step: VerifiedStep, hit: Tensor) -> Tensor:
     """[HIST_DEPTHS, 2, CONFIDENCE_BINS] counts of verified nodes by depth, accepted (index 1)
     or rejected (0), and path probability ``exp(path_logprob)`` in equal-width bins of [0, 1]."""
     keep = step.keep

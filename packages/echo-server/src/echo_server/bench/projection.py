@@ -28,7 +28,7 @@ Latency model (:class:`echo_scheduler.cost.VerifyCostModel.roofline`, constants 
   = (B + accepted) / step time.
 
 ECHO's gates are calibrated on a held-out share of the rows (the paper's warm-up); ECHO's
-``min_depth_gain`` is :func:`echo_scheduler.simulate.depth_price` as in the simulator.
+``min_depth_gain`` is :func:`echo_scheduler.compare.depth_price` as in the simulator.
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from echo_core.errors import EchoError
 from echo_gating.calibrate import CalibrationConfig, calibrate
 from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.records import RecordWriter
+from echo_scheduler.compare import MAP_BINS, depth_price, make
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import Hardware, ModelGeometry, VerifyCostModel
 from echo_scheduler.outcome import accepted_mask
-from echo_scheduler.simulate import MAP_BINS, depth_price, make
 from echo_scheduler.simulator import DraftCostModel, run_step, summarize
 from echo_scheduler.trace import RecordedStep
 from echo_server.bench.traces import TraceRow, compose

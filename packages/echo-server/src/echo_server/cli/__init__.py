@@ -1,4 +1,5 @@
-"""``echo-sd``: the command-line entry point (subcommands live in sibling modules)."""
+"""``echo-sd``: the command-line entry point (subcommands live in sibling modules, but
+``controller``: :mod:`echo_controller.cli`, also installed alone as ``echo-controller``)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from echo_controller import cli as controller
+from echo_controller.logs import LEVELS, configure_logging
 from echo_core.errors import EchoError
 from echo_server.cli import (
     bench,
     calibrate,
-    controller,
     demo,
     generate,
     policies,
@@ -18,7 +20,6 @@ from echo_server.cli import (
     sim,
     train_draft,
 )
-from echo_server.logs import LEVELS, configure_logging
 
 COMMANDS = {
     "generate": generate,

@@ -10,59 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import socket
 from pathlib import Path
 from typing import Any
 
+from echo_controller.cli import add_server_options, run_until_signalled, server_config
+from echo_controller.security import ClientTls, read_token
 from echo_server.cli.options import POLICY_CHOICES, add_engine_options, build_engine, load
 from echo_server.engine.budget import PROFILE_TOKENS
 from echo_server.grpc.convert import RequestLimits
 from echo_server.grpc.lease import NodeIdentity
 from echo_server.grpc.node import NodeConfig, serve_node
-from echo_server.grpc.security import (
-    DEFAULT_MAX_MESSAGE_BYTES,
-    ClientTls,
-    ServerTls,
-    read_token,
-)
-from echo_server.grpc.server import ServerConfig
-
-
-def add_server_options(p: argparse.ArgumentParser, default_listen: str) -> None:
-    """Listening address, TLS / mTLS, bearer token, limits, metrics and the ready file."""
-    g = p.add_argument_group("server")
-    g.add_argument("--listen", default=default_listen, help="host:port (port 0: any free one)")
-    g.add_argument("--tls-cert", type=Path, default=None, help="server certificate (PEM)")
-    g.add_argument("--tls-key", type=Path, default=None, help="server private key (PEM)")
-    g.add_argument(
-        "--tls-client-ca", type=Path, default=None, help="require client certificates (mTLS)"
-    )
-    g.add_argument(
-        "--token-file", type=Path, default=None, help="require 'authorization: Bearer <token>'"
-    )
-    g.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
-    g.add_argument("--metrics-listen", default=None, help="host:port of /metrics (Prometheus)")
-    g.add_argument("--ready-file", type=Path, default=None, help="write bound ports here (JSON)")
-
-
-def server_config(args: argparse.Namespace) -> ServerConfig:
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise SystemExit("echo-sd: give both --tls-cert and --tls-key, or neither")
-    if args.tls_client_ca is not None and args.tls_cert is None:
-        raise SystemExit("echo-sd: --tls-client-ca (mTLS) needs --tls-cert and --tls-key")
-    tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
-    return ServerConfig(args.listen, tls, read_token(args.token_file), args.max_message_bytes)
-
-
-async def run_until_signalled(main: Any) -> int:
-    """Run ``main(stop)`` with ``stop`` set by SIGINT / SIGTERM."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await main(stop)
-    return 0
 
 
 def add_parser(sub: Any) -> None:
@@ -87,10 +45,10 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     loaded = load(args)
     engine = build_engine(loaded, args.policy, args)
-    cost = engine.budget.cost
+    cost = engine.budget.local.cost
     identity = NodeIdentity(
         node_id=args.node_id or f"{socket.gethostname()}/{args.listen}",
-        k_max=engine.budget.budget(1),
+        k_max=engine.budget.local.budget(1),
         pool=args.pool,
         target=loaded.source.name,
         drafter=engine.drafter.name,

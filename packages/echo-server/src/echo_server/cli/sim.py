@@ -1,6 +1,6 @@
 """``echo-sd sim``: echo-scheduler's trace-driven simulator (every policy, same traces).
 
-Everything after ``sim`` goes to ``python -m echo_scheduler.simulate`` (``echo-sd sim --help``
+Everything after ``sim`` goes to ``python -m echo_scheduler.compare`` (``echo-sd sim --help``
 lists its options: batch sizes, steps, workload, roofline context, policies, ``--json``).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from echo_scheduler import simulate
+from echo_scheduler import compare
 
 
 def add_parser(sub: Any) -> None:
@@ -22,4 +22,4 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return simulate.main(args.sim_args)
+    return compare.main(args.sim_args)

@@ -1,6 +1,8 @@
-"""The serving engine: requests, the step loop, verification, metrics."""
+"""The serving engine: requests, admission, the step loop, verification, acceptance, reports."""
 
-from echo_server.engine.engine import Engine, EngineConfig
+from echo_server.engine.config import EngineConfig
+from echo_server.engine.engine import Engine
+from echo_server.engine.report import StepReport, VerifiedStep
 from echo_server.engine.request import FinishReason, GenerationRequest, RequestError, StepEvent
 
 __all__ = [
@@ -10,4 +12,6 @@ __all__ = [
     "GenerationRequest",
     "RequestError",
     "StepEvent",
+    "StepReport",
+    "VerifiedStep",
 ]

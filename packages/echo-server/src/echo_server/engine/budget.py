@@ -58,6 +58,36 @@ class BudgetPolicy:
         return min(max(self.cost.k_max(batch_size), self.min_budget), self.max_budget)
 
 
+class StepBudget:
+    """K for each step: the local :class:`BudgetPolicy`, capped by a controller's lease.
+
+    ``k(B) = min(local.budget(B), lease)`` while a lease is held, else ``local.budget(B)``. The
+    lease never lifts K above the local budget: the KV slack of admitted requests was sized for
+    it, and past the local knee extra tokens cost more than they earn.
+    """
+
+    def __init__(self, local: BudgetPolicy) -> None:
+        self.local = local
+        self.lease: int | None = None
+
+    @classmethod
+    def for_model(cls, budget: int | str, model: LlamaModel) -> StepBudget:
+        """``budget`` an int K, or ``"auto"``: K_max of the verify profile measured here."""
+        if isinstance(budget, int):
+            return cls(BudgetPolicy(fixed=budget))
+        return cls(BudgetPolicy(cost=load_or_measure(model)))
+
+    def set_lease(self, k: int | None) -> None:
+        """Cap K at ``k`` from the next step on; None restores the local policy."""
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
+            raise ValueError(f"budget override must be an int >= 0 or None, got {k!r}")
+        self.lease = k
+
+    def k(self, batch_size: int) -> int:
+        local = self.local.budget(batch_size)
+        return local if self.lease is None else min(local, self.lease)
+
+
 def measure_profile(model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS) -> list[float]:
     """Median seconds of one verify pass over each T in ``tokens`` (after a warm-up pass)."""
     pool = KVPool(

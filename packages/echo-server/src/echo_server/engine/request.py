@@ -14,6 +14,7 @@ import torch
 
 from echo_core.errors import EchoError
 from echo_core.sampling import SamplingParams
+from echo_core.stats import AcceptanceTotals
 from echo_server.kv.pool import RequestHandle
 from echo_server.model.tokenizer import IncrementalDetokenizer
 
@@ -76,6 +77,7 @@ class RequestState:
     prompt_ids: list[int]
     detokenizer: IncrementalDetokenizer
     generator: torch.Generator
+    serial: int = -1  # engine-wide number, unique per engine and never reused (warm-up records)
     phase: Phase = Phase.WAITING
     kv: RequestHandle | None = None
     output_ids: list[int] = field(default_factory=list)
@@ -111,14 +113,19 @@ class RequestState:
         return self.output_ids[-1]
 
     @property
+    def acceptance(self) -> AcceptanceTotals:
+        """This request's counts over its decode steps (one request-step each)."""
+        return AcceptanceTotals(self.steps, self.verified, self.accepted)
+
+    @property
     def mean_accepted_length(self) -> float:
-        """(accepted draft tokens + one bonus per step) / steps; 1.0 is plain decoding."""
-        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+        """:attr:`AcceptanceTotals.mean_accepted_length` of this request; 1.0 is plain decoding."""
+        return self.acceptance.mean_accepted_length
 
     @property
     def draft_yield(self) -> float:
-        """accepted / verified draft tokens (0.0 when nothing was verified)."""
-        return self.accepted / self.verified if self.verified else 0.0
+        """:attr:`AcceptanceTotals.draft_yield` of this request."""
+        return self.acceptance.draft_yield
 
 
 def find_stop(text: str, stops: tuple[str, ...], search_from: int) -> int | None:

@@ -1,4 +1,4 @@
-"""Step phases 4-5 and prefill: target forwards over packed ragged rows, then acceptance.
+"""Step phase 4 and prefill: target forwards over packed ragged rows, and the drafter feedback.
 
 Prefill runs each admitted request's prompt as causal rows after an empty cache and keeps all of
 their K/V; the logits of each prompt's last row give its first output token.
@@ -6,12 +6,7 @@ their K/V; the logits of each prompt's last row give its first output token.
 Verify runs, per request, its root (last emitted token) then its tree nodes, at positions
 ``cache_len + depth`` with the tree mask (root + ancestors-or-self visible, plus the cached
 prefix). Every row's K/V is written into freshly allocated slots; commit keeps the accepted.
-
-Acceptance: all-greedy batches use the greedy rule on the argmax; otherwise every row's target
-distribution comes from its request's temperature / top-k / top-p (temperature 0 rows become
-one-hot, for which the stochastic rule reduces to the greedy one), drafted candidates count as
-deterministic (top-k) candidates, and each request draws its uniforms from its own seeded
-generator, so a seeded request's output does not depend on what else is in the batch.
+Acceptance (phase 5) is :mod:`echo_server.engine.acceptance`.
 """
 
 from __future__ import annotations
@@ -22,10 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from echo_core.acceptance import AcceptResult, greedy_accept
-from echo_core.acceptance_stochastic import AcceptUniforms, stochastic_accept
 from echo_core.layouts import verify_positions
-from echo_core.sampling import stack_sampling_params, target_probs
 from echo_core.tree import TreeBatch
 from echo_core.verify_rows import node_rows, root_rows
 from echo_server.drafting.base import TargetFeedback
@@ -116,23 +108,6 @@ def feedback(
         tuple(a[keep] for a in out.aux),
         next_token,
     )
-
-
-def accept(tree: TreeBatch, logits: Tensor, states: Sequence[RequestState]) -> AcceptResult:
-    """Accepted path + bonus per request from verify logits ([B + N, V] float32)."""
-    if all(s.params.is_greedy for s in states):
-        return greedy_accept(tree, logits.argmax(dim=-1))
-    counts = (tree.nodes_per_request() + 1).tolist()
-    per_row = [s.params for s, c in zip(states, counts, strict=True) for _ in range(c)]
-    temperature, top_k, top_p = stack_sampling_params(per_row, logits.device)
-    probs = target_probs(logits, temperature, top_k, top_p)
-    sampled = torch.zeros(tree.num_nodes, dtype=torch.bool, device=logits.device)
-    node_u = [torch.rand(c - 1, generator=s.generator) for s, c in zip(states, counts, strict=True)]
-    bonus_u = [torch.rand(1, generator=s.generator) for s in states]
-    uniforms = AcceptUniforms(
-        node=torch.cat(node_u).to(logits.device), bonus=torch.cat(bonus_u).to(logits.device)
-    )
-    return stochastic_accept(tree, probs, sampled, None, uniforms)
 
 
 def _handle(state: RequestState) -> RequestHandle:

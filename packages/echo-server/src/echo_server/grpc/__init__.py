@@ -1,10 +1,10 @@
-"""The gRPC control plane: the generation API of a serving node and the budget controller.
+"""The serving node's gRPC control plane: the generation API and the node's side of the budget
+protocol.
 
-Node side: :mod:`.engine_thread` (the one thread that owns the engine), :mod:`.generation_service`
+:mod:`.engine_thread` (the one thread that owns the engine), :mod:`.generation_service`
 (Generate, GenerateStream, GetStats), :mod:`.lease_client` (register, report, watch leases),
-:mod:`.node` (the ``echo-sd serve`` process). Controller side: :mod:`.lease_table` (the budget
-split and its invariant, pure), :mod:`.calibration_pool` (shared gate calibration),
-:mod:`.controller` (the ``echo-sd controller`` process). Shared: :mod:`.convert` (the only
-module that maps proto <-> core types), :mod:`.security` (TLS, bearer tokens, limits),
-:mod:`.metrics` (Prometheus).
+:mod:`.node` (the ``echo-sd serve`` process), :mod:`.convert` (the node's proto <-> core
+mapping), :mod:`.metrics` (Prometheus). The budget controller is its own package, echo-controller
+(``echo_controller``: no torch), which also holds the torch-free pieces both processes share:
+the gRPC server, TLS and bearer tokens, the budget-protocol errors and conversions.
 """

@@ -1,39 +1,32 @@
-"""The one place that maps wire messages (echo_proto) to core values and back.
+"""The one place on the node that maps wire messages (echo_proto) to core values and back.
 
 Incoming messages are validated here: a bad field raises :class:`FieldError` naming its path
 (``sampling.top_p``) and the reason, which the servicers send as INVALID_ARGUMENT. Proto3
 defaults keep their documented meaning (``max_tokens = 0``: the node's default; ``top_p = 0``:
-off; an unset ``seed``: drawn by the node).
+off; an unset ``seed``: drawn by the node). The controller's side of the budget protocol, and
+the constants both sides share (``WARMUP_FORMAT``), are in :mod:`echo_controller.convert`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import torch
-from google.protobuf.timestamp_pb2 import Timestamp
-from torch import Tensor
 
+from echo_controller.convert import WARMUP_FORMAT
+from echo_controller.errors import FieldError
 from echo_core.errors import EchoError
 from echo_core.sampling import SamplingParams
 from echo_gating.policy import GatePolicy
-from echo_gating.record_file import decode_records, encode_records
-from echo_gating.records import RecordSet
+from echo_gating.record_file import encode_records
 from echo_proto.budget.v1 import budget_pb2 as bpb
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_server.engine import FinishReason, GenerationRequest
-from echo_server.grpc.errors import FieldError
 from echo_server.grpc.lease import NodeIdentity, NodeReport, ReceivedLease
-from echo_server.grpc.lease_table import LeaseGrant, NodeSpec
 from echo_server.grpc.node_stats import NodeSnapshot
 from echo_server.grpc.request_items import Delta, RequestSummary
 
-WARMUP_FORMAT = "echo-gating/warmup-v1"
-NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}")
-MAX_K = 1 << 16  # no verify pass holds more draft tokens than this
-MAX_CURVE_TOKENS = 1 << 16
 MIN_TEMPERATURE = 1e-6
 """Positive temperatures below this sample as greedy (their limit): ``logits / T`` would
 overflow float32 and turn the target distribution into NaNs."""
@@ -197,78 +190,6 @@ def stats_response(
         max_batch=max_batch,
         max_waiting=max_waiting,
     )
-
-
-# -- budget control plane: controller side ----------------------------------------------------
-
-
-def node_spec(msg: bpb.RegisterNodeRequest) -> NodeSpec:
-    node_id(msg.node_id)
-    if msg.k_max > MAX_K:
-        raise FieldError("k_max", f"must be <= {MAX_K}, got {msg.k_max}")
-    points = [(p.total_tokens, p.latency_ms) for p in msg.verify_cost]
-    if len(points) == 1:
-        raise FieldError("verify_cost", "needs at least two points when given")
-    for i, (tokens, ms) in enumerate(points):
-        if tokens < 1 or not (math.isfinite(ms) and ms > 0):
-            raise FieldError(f"verify_cost[{i}]", f"needs total_tokens >= 1, latency_ms > 0: {ms}")
-        if i and tokens <= points[i - 1][0]:
-            raise FieldError(f"verify_cost[{i}]", "total_tokens must ascend strictly")
-    if len(msg.pool) > 128:
-        raise FieldError("pool", "at most 128 characters")
-    return NodeSpec(msg.node_id, msg.pool, msg.k_max, msg.models.target, msg.models.drafter)
-
-
-def node_id(value: str, field: str = "node_id") -> str:
-    if not NODE_ID.fullmatch(value):
-        raise FieldError(field, f"must match {NODE_ID.pattern}, got {value[:64]!r}")
-    return value
-
-
-def utility_curve(msg: bpb.MarginalUtility) -> Tensor:
-    """[n] float64 per-token marginal utility: each point repeated ``budget_step`` times."""
-    values = list(msg.accepted_per_token)
-    if not values:
-        return torch.zeros(0, dtype=torch.float64)
-    step = msg.budget_step
-    if step < 1 or step * len(values) > MAX_CURVE_TOKENS:
-        raise FieldError(
-            "utility.budget_step", f"needs 1 <= step and step * points <= {MAX_CURVE_TOKENS}"
-        )
-    curve = torch.tensor(values, dtype=torch.float64)
-    if not bool(torch.isfinite(curve).all()) or bool(((curve < 0) | (curve > 1)).any()):
-        raise FieldError("utility.accepted_per_token", "values must lie in [0, 1]")
-    if bool((curve[1:] > curve[:-1] + 1e-9).any()):
-        raise FieldError("utility.accepted_per_token", "must be non-increasing")
-    return torch.cummin(curve, dim=0).values.repeat_interleave(step)
-
-
-def report_records(msg: bpb.ReportRequest) -> RecordSet | None:
-    if not msg.warmup_records and not msg.warmup_format:
-        return None
-    if msg.warmup_format != WARMUP_FORMAT:
-        raise FieldError("warmup_format", f"expected {WARMUP_FORMAT!r}, got {msg.warmup_format!r}")
-    try:
-        return decode_records(msg.warmup_records, source="warmup_records")
-    except EchoError as exc:
-        raise FieldError("warmup_records", str(exc)) from exc
-
-
-def lease_message(grant: LeaseGrant, gate_version: str, issued_at_s: float) -> bpb.Lease:
-    stamp = Timestamp()
-    stamp.FromNanoseconds(int(issued_at_s * 1e9))
-    return bpb.Lease(
-        node_id=grant.node_id,
-        budget_k=grant.budget_k,
-        gate_policy_version=gate_version,
-        ttl_ms=grant.ttl_ms,
-        epoch=grant.epoch,
-        issued_at=stamp,
-    )
-
-
-def gate_artifact(policy: GatePolicy) -> bpb.GatePolicyArtifact:
-    return bpb.GatePolicyArtifact(version=policy.version, json=policy.to_json())
 
 
 # -- budget control plane: node side ------------------------------------------------------------

@@ -29,10 +29,9 @@ import structlog
 from echo_core.errors import EchoError
 from echo_gating.policy import GatePolicy
 from echo_gating.records import RecordSet, RecordWriter
-from echo_scheduler.policies.echo import EchoPolicy
 from echo_server.engine import Engine, FinishReason, GenerationRequest, StepEvent
 from echo_server.grpc.errors import DuplicateRequestError, QueueFullError, ShuttingDownError
-from echo_server.grpc.node_stats import NodeSnapshot, StatsWindow, StepReport
+from echo_server.grpc.node_stats import NodeSnapshot, StatsWindow, StepSample
 from echo_server.grpc.request_items import (
     Delta,
     Finished,
@@ -66,7 +65,7 @@ class EngineThread:
         max_waiting: int,
         window_s: float = 10.0,
         records_meta: Mapping[str, str] | None = None,
-        on_step: Callable[[StepReport], None] | None = None,
+        on_step: Callable[[StepSample], None] | None = None,
         on_finish: Callable[[RequestSummary], None] | None = None,
     ) -> None:
         if max_waiting < 0 or window_s <= 0:
@@ -88,7 +87,7 @@ class EngineThread:
         self._draining = False
         self._idle = asyncio.Event()
         self.snapshot = NodeSnapshot(window_s=window_s)
-        engine.metrics.records = RecordWriter(self._meta)
+        self._records = RecordWriter(self._meta)  # every verified node since take_records
 
     # -- loop side ---------------------------------------------------------------------------
 
@@ -240,29 +239,24 @@ class EngineThread:
             self._refresh()
 
     def _step(self) -> None:
-        acc = self.engine.metrics.acceptance
-        before = (acc.request_steps, acc.verified, acc.accepted)
+        """One engine step; its report feeds the stats window, the calibration records (read
+        by the gate observer's drift monitor) and the metrics."""
         start = time.perf_counter()
         try:
-            events = self.engine.step()
+            report = self.engine.step()
         except Exception as exc:  # an engine bug must not take the node down: fail the batch
             log.exception("engine_step_failed")
             self._fail_all(exc)
             return
         now = time.perf_counter()
-        report = StepReport(
-            seconds=now - start,
-            batch=acc.request_steps - before[0],
-            emitted=sum(len(e.token_ids) for e in events),
-            verified=acc.verified - before[1],
-            accepted=acc.accepted - before[2],
-        )
-        self._stats.add(report, now)
-        for event in events:
+        sample = StepSample.of(report, now - start)
+        self._stats.add(sample, now)
+        report.append_records(self._records)
+        for event in report.events:
             self._dispatch(event, start)
         self._refresh()
         if self._on_step is not None:
-            self._on_step(report)
+            self._on_step(sample)
 
     def _dispatch(self, event: StepEvent, step_start: float) -> None:
         flight = self._timing.get(event.request_id)
@@ -303,25 +297,21 @@ class EngineThread:
         self._refresh()
 
     def _set_gate(self, gate: GatePolicy) -> bool:
-        policy = self.engine.policy
-        if not isinstance(policy, EchoPolicy):
-            return False
-        policy.gate = gate
+        swapped = self.engine.set_gate(gate)
         self._refresh()
-        return True
+        return swapped
 
     def _take_records(self) -> RecordSet | None:
-        writer = self.engine.metrics.records
-        self.engine.metrics.records = RecordWriter(self._meta)
-        return writer.finish() if writer is not None and len(writer) else None
+        writer, self._records = self._records, RecordWriter(self._meta)
+        return writer.finish() if len(writer) else None
 
     def _refresh(self) -> None:
-        policy = self.engine.policy
+        gate = self.engine.policy.active_gate()
         running = len(self.engine.running)
         self.snapshot = self._stats.snapshot(
             time.perf_counter(),
             running=running,
             waiting=len(self.engine.waiting),
             budget_k=self.engine.budget_k(max(running, 1)),
-            gate_version=policy.gate.version if isinstance(policy, EchoPolicy) else "none",
+            gate_version=gate.version if gate is not None else "none",
         )

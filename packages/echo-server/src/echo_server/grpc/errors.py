@@ -1,25 +1,12 @@
-"""Errors of the gRPC layer, each mapped to one status code by the servicers."""
+"""Errors of the node's generation API, each mapped to one status code by the servicer.
+
+The errors the node shares with the budget controller (:class:`~echo_controller.errors.FieldError`
+and the registration errors) live in :mod:`echo_controller.errors`.
+"""
 
 from __future__ import annotations
 
 from echo_core.errors import EchoError
-
-
-class FieldError(EchoError):
-    """A request field is malformed (INVALID_ARGUMENT); ``field`` is its path in the message."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
-
-
-class UnknownNodeError(EchoError):
-    """The controller does not know the node id (NOT_FOUND): the node registers again."""
-
-
-class StaleRegistrationError(EchoError):
-    """A call carries a replaced registration of its node id (FAILED_PRECONDITION)."""
 
 
 class QueueFullError(EchoError):

@@ -25,7 +25,10 @@ from collections.abc import Callable
 import grpc
 import structlog
 
+from echo_controller.errors import ControlPlaneError
+from echo_controller.security import ClientTls, auth_metadata, open_channel
 from echo_core.errors import EchoError
+from echo_core.stats import AcceptanceTotals
 from echo_gating.policy import GatePolicy
 from echo_proto.budget.v1 import budget_pb2 as bpb
 from echo_proto.budget.v1 import budget_pb2_grpc
@@ -34,7 +37,6 @@ from echo_server.grpc.engine_thread import EngineThread
 from echo_server.grpc.gate_observer import GateObserver
 from echo_server.grpc.lease import NodeIdentity, NodeReport, ReceivedLease
 from echo_server.grpc.metrics import NodeMetrics
-from echo_server.grpc.security import ClientTls, auth_metadata, open_channel
 
 log = structlog.get_logger(__name__)
 
@@ -71,7 +73,8 @@ class LeaseClient:
         self._interval_s = 1.0
         self._policies: dict[str, GatePolicy] = {}
         self._expiry: asyncio.TimerHandle | None = None
-        self._last_totals = (0, 0, 0)  # steps, verified, accepted at the previous report
+        self._last_steps = 0  # engine steps at the previous report
+        self._last_totals = AcceptanceTotals()  # acceptance counts at the previous report
         self._last_report = clock()
         self.registrations = 0
 
@@ -94,7 +97,7 @@ class LeaseClient:
                 continue
             except grpc.aio.AioRpcError as exc:
                 log.warning("controller_unreachable", code=exc.code().name, details=exc.details())
-            except EchoError as exc:
+            except (ControlPlaneError, EchoError) as exc:  # FieldError from convert
                 log.warning("controller_sent_bad_message", error=str(exc))
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_S[1])
@@ -182,10 +185,13 @@ class LeaseClient:
 
     def _report(self) -> NodeReport:
         snap, now = self._worker.snapshot, self._clock()
-        totals = (snap.steps_total, snap.verified_total, snap.accepted_total)
-        steps, verified, accepted = (a - b for a, b in zip(totals, self._last_totals, strict=True))
+        totals = AcceptanceTotals(
+            snap.request_steps_total, snap.verified_total, snap.accepted_total
+        )
+        window, self._last_totals = totals - self._last_totals, totals
+        steps, self._last_steps = snap.steps_total - self._last_steps, snap.steps_total
         window_ms = int((now - self._last_report) * 1000)
-        self._last_totals, self._last_report = totals, now
+        self._last_report = now
         drift = self._observer.drift()
         lease = self.lease
         return NodeReport(
@@ -195,9 +201,9 @@ class LeaseClient:
             budget_step=1,
             window_ms=max(window_ms, 0),
             steps=steps,
-            verified=verified,
-            accepted=accepted,
-            mean_accepted_length=(accepted + steps) / steps if steps else 0.0,
+            verified=window.verified,
+            accepted=window.accepted,
+            mean_accepted_length=window.mean_accepted_length,
             lease_epoch=lease.epoch if lease is not None else 0,
             gate_policy_version=self._observer.gate.version,
             records=self._observer.take_unsent(),

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import structlog
 
+from echo_controller.metrics import serve_metrics
+from echo_controller.security import ClientTls
+from echo_controller.server import ServerConfig, start_server, write_ready_file
 from echo_gating.policy import GatePolicy
 from echo_proto.serving.v1 import serving_pb2_grpc
-from echo_scheduler.policies.echo import EchoPolicy
 from echo_server.engine import Engine
 from echo_server.grpc.convert import RequestLimits
 from echo_server.grpc.engine_thread import EngineThread
@@ -25,9 +27,7 @@ from echo_server.grpc.gate_observer import GateObserver
 from echo_server.grpc.generation_service import SERVICE_NAME, GenerationService
 from echo_server.grpc.lease import NodeIdentity, ReceivedLease
 from echo_server.grpc.lease_client import LeaseClient
-from echo_server.grpc.metrics import NodeMetrics, serve_metrics
-from echo_server.grpc.security import ClientTls
-from echo_server.grpc.server import ServerConfig, start_server, write_ready_file
+from echo_server.grpc.metrics import NodeMetrics
 
 log = structlog.get_logger(__name__)
 
@@ -61,8 +61,7 @@ async def serve_node(
         on_finish=metrics.on_finish,
     )
     worker.start()
-    policy = engine.policy
-    observer = GateObserver(policy.gate if isinstance(policy, EchoPolicy) else GatePolicy.none())
+    observer = GateObserver(engine.policy.active_gate() or GatePolicy.none())
     client = (
         LeaseClient(
             config.controller,

@@ -3,12 +3,12 @@
 A verify pass wrote K/V for every verify row (echo_core.verify_rows: per request its root, then
 its nodes) into freshly allocated slots ``write_slots``. The root (last committed token) and the
 accepted nodes extend the request's cache, in depth order; every other slot is freed. No K/V
-moves: only the slot table changes. Because parents precede children, an accepted path is in
-increasing row order, so "rows kept, in row order" is already "root, then path by depth".
-Example: nodes ``[a, b, c]`` with ``c`` a child of ``a`` and path ``[a, c]`` accepted: the
-request keeps the slots of rows ``[root, a, c]`` and frees ``b``'s.
+moves: only the slot table changes. Example: nodes ``[a, b, c]`` with ``c`` a child of ``a`` and
+path ``[a, c]`` accepted: the request keeps the slots of rows ``[root, a, c]`` and frees ``b``'s.
 
-echo-kernels may provide a fused commit with the same contract; this is the reference.
+The rule is echo-kernels' :func:`~echo_kernels.kv_commit.commit_kv` (and its :func:`kept_rows`,
+re-exported here), called through its backend dispatch on the pool's own slot table: the Triton
+kernel when the pool lives on CUDA (and triton is installed), its torch reference on CPU.
 """
 
 from __future__ import annotations
@@ -19,25 +19,24 @@ import torch
 from torch import Tensor
 
 from echo_core.tree import TreeBatch
-from echo_core.verify_rows import root_rows
+from echo_kernels import Backend, commit_kv, kept_rows
 from echo_server.kv.pool import KVPool, RequestHandle
 
+__all__ = ["commit_verified", "kept_rows", "tree_on"]
 
-def kept_rows(
-    tree: TreeBatch,
-    accepted_nodes: Tensor,  # [B, L] int64 request-local node ids in depth order, padded
-    num_accepted: Tensor,  # [B] int64
-) -> Tensor:
-    """Verify rows whose KV is kept: [B + N] bool (roots and accepted nodes)."""
-    keep = torch.zeros(tree.batch_size + tree.num_nodes, dtype=torch.bool, device=tree.device)
-    keep[root_rows(tree)] = True
-    width = accepted_nodes.shape[1]
-    valid = torch.arange(width, device=tree.device)[None, :] < num_accepted[:, None]  # [B, L]
-    # Node-local id i of request b sits at verify row cu_nodes[b] + b + 1 + i.
-    base = tree.cu_nodes[:-1] + torch.arange(tree.batch_size, device=tree.device) + 1  # [B]
-    rows = base[:, None] + accepted_nodes.clamp(min=0)
-    keep[rows[valid]] = True
-    return keep
+
+def tree_on(tree: TreeBatch, device: torch.device) -> TreeBatch:
+    """``tree`` with its tensors on ``device`` (``tree`` itself when it is there already)."""
+    if tree.device == device:
+        return tree
+    return TreeBatch(
+        cu_nodes=tree.cu_nodes.to(device),
+        token=tree.token.to(device),
+        parent=tree.parent.to(device),
+        depth=tree.depth.to(device),
+        draft_logprob=tree.draft_logprob.to(device),
+        path_logprob=tree.path_logprob.to(device),
+    )
 
 
 def commit_verified(
@@ -47,8 +46,14 @@ def commit_verified(
     write_slots: Tensor,  # [B + N] int64, slot of every verify row
     accepted_nodes: Tensor,  # [B, L] int64, echo_core AcceptResult.accepted_nodes
     num_accepted: Tensor,  # [B] int64
+    *,
+    backend: Backend = "auto",
 ) -> None:
-    """Append each request's root + accepted-node slots to its cache, free the others."""
+    """Append each request's root + accepted-node slots to its cache, free the others.
+
+    Raises :class:`~echo_server.kv.errors.KVCapacityError` (before any write) when a request
+    would pass the pool's ``max_context``; ``backend``: see :mod:`echo_kernels.backend`.
+    """
     if write_slots.shape != (tree.batch_size + tree.num_nodes,):
         raise ValueError(
             f"write_slots must be [B + N = {tree.batch_size + tree.num_nodes}], "
@@ -56,7 +61,18 @@ def commit_verified(
         )
     if len(handles) != tree.batch_size:
         raise ValueError(f"{len(handles)} handles for a batch of {tree.batch_size}")
-    keep = kept_rows(tree, accepted_nodes, num_accepted)
     counts = (num_accepted + 1).tolist()
-    pool.append(handles, write_slots[keep], counts)
-    pool.free(write_slots[~keep])
+    starts = pool.check_room(handles, counts)
+    dev = pool.slot_table.device
+    out = commit_kv(
+        pool.slot_table,
+        torch.tensor(starts, dtype=torch.int64, device=dev),
+        write_slots.to(dev),
+        tree_on(tree, dev),
+        accepted_nodes.to(dev),
+        num_accepted.to(dev),
+        req_rows=torch.tensor(list(handles), dtype=torch.int64, device=dev),
+        backend=backend,
+    )
+    pool.grow(handles, counts)
+    pool.free(out.free_slots)

@@ -9,7 +9,8 @@ slot. A slot holds one token's K and V in every layer, so a token costs
 Requests own a row of ``slot_table`` ([max_requests, max_context] int64): entry ``c`` of a row is
 the slot of the request's token at position ``c`` for ``c < cache_len``. Slots come from a
 :class:`SlotAllocator`; a verify pass allocates slots for every tree row and
-:func:`echo_server.kv.commit.commit_verified` keeps the accepted ones.
+:func:`echo_server.kv.commit.commit_verified` keeps the accepted ones (through echo-kernels'
+``commit_kv``, which writes ``slot_table`` in place, then :meth:`KVPool.grow`).
 """
 
 from __future__ import annotations
@@ -166,12 +167,7 @@ class KVPool:
             raise ValueError(
                 f"{len(handles)} handles, {len(counts)} counts, slots {tuple(slots.shape)}"
             )
-        starts = [self.cache_len(h) for h in handles]
-        for h, s, c in zip(handles, starts, counts, strict=True):
-            if s + c > self.max_context:
-                raise KVCapacityError(
-                    f"request {h} would reach {s + c} tokens, the maximum is {self.max_context}"
-                )
+        starts = self.check_room(handles, counts)
         dev = slots.device
         count_t = torch.tensor(list(counts), dtype=torch.int64, device=dev)
         rows = torch.repeat_interleave(torch.tensor(list(handles), device=dev), count_t)
@@ -179,8 +175,24 @@ class KVPool:
         local = torch.arange(slots.numel(), device=dev) - torch.repeat_interleave(offsets, count_t)
         cols = torch.repeat_interleave(torch.tensor(starts, device=dev), count_t) + local
         self.slot_table[rows, cols] = slots
+        self.grow(handles, counts)
+
+    def check_room(self, handles: Sequence[RequestHandle], counts: Sequence[int]) -> list[int]:
+        """The cache lengths of ``handles`` now; :class:`KVCapacityError` if one would pass
+        ``max_context`` after ``counts[b]`` more tokens."""
+        starts = [self.cache_len(h) for h in handles]
         for h, s, c in zip(handles, starts, counts, strict=True):
-            self._cache_len[h] = s + c
+            if s + c > self.max_context:
+                raise KVCapacityError(
+                    f"request {h} would reach {s + c} tokens, the maximum is {self.max_context}"
+                )
+        return starts
+
+    def grow(self, handles: Sequence[RequestHandle], counts: Sequence[int]) -> None:
+        """Count ``counts[b]`` more cached tokens for ``handles[b]``, whose slots the caller has
+        just written into ``slot_table`` after the old length (e.g. the KV commit)."""
+        for h, c in zip(handles, counts, strict=True):
+            self._cache_len[h] = self.cache_len(h) + c
 
     # -- attention metadata ------------------------------------------------------------------
 

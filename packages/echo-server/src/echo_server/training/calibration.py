@@ -65,15 +65,17 @@ def warmup_records(
         EngineConfig(budget=max_batch * cfg.tree_nodes, max_batch=max_batch, kv_slots=8192),
     )
     writer = RecordWriter(meta or {})
-    engine.metrics.records = writer
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     for p in prompts:
         engine.submit(GenerationRequest(p.prompt_id, prompt=p.text, chat=p.chat, params=params))
     with tqdm(total=len(prompts), desc="warm-up", unit="prompt") as bar:
-        for event in engine.run():
-            if event.finish_reason is not None:
-                engine.pop_finished(event.request_id)
-                bar.update(1)
+        while engine.has_work():
+            report = engine.step()
+            report.append_records(writer)
+            for event in report.events:
+                if event.finish_reason is not None:
+                    engine.pop_finished(event.request_id)
+                    bar.update(1)
     return writer.finish()
 
 

@@ -1,0 +1,89 @@
+"""Speed ratios measured on a noisy machine: paired, interleaved, with an interval.
+
+Two arms (a reference and a candidate) run the same items (prompts) in interleaved rounds, so
+slow drift of the machine lands on both. With ``ref[r][i]`` and ``cand[r][i]`` the seconds of
+item ``i`` in round ``r``:
+
+- a round's ratio is ``sum_i ref[r][i] / sum_i cand[r][i]`` (a speedup: > 1 means the candidate
+  is faster), and the reported ``ratio`` is the median over rounds;
+- ``ci95`` is a paired percentile bootstrap over items: resample items with replacement (the
+  same items for both arms and every round), recompute ``sum ref / sum cand`` over all rounds,
+  and take the 2.5th and 97.5th percentiles of ``resamples`` such ratios (seeded, so the same
+  timings give the same interval);
+- ``spread`` is ``(min, max)`` of the round ratios.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+RESAMPLES = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class PairedRatio:
+    """The speedup of a candidate over a reference (module docstring)."""
+
+    ratio: float  # median of the round ratios
+    ci95: tuple[float, float]  # paired bootstrap over items
+    spread: tuple[float, float]  # min and max round ratio
+    rounds: tuple[float, ...]  # every round's ratio
+
+    def describe(self) -> str:
+        lo, hi = self.ci95
+        return (
+            f"{self.ratio:.2f}x (95% CI {lo:.2f}-{hi:.2f}, rounds "
+            + " ".join(f"{r:.2f}" for r in self.rounds)
+            + ")"
+        )
+
+
+def paired_ratio(
+    reference: Sequence[Sequence[float]],
+    candidate: Sequence[Sequence[float]],
+    resamples: int = RESAMPLES,
+    seed: int = 0,
+) -> PairedRatio:
+    """``reference[r][i]`` / ``candidate[r][i]``: seconds of item i in round r (same shape)."""
+    ref = torch.tensor(reference, dtype=torch.float64)
+    cand = torch.tensor(candidate, dtype=torch.float64)
+    if ref.dim() != 2 or ref.shape != cand.shape or ref.numel() == 0:
+        raise ValueError(
+            f"need two equal [rounds, items] tables, got {tuple(ref.shape)} and {tuple(cand.shape)}"
+        )
+    if bool((ref <= 0).any() | (cand <= 0).any()):
+        raise ValueError("every timing must be > 0 seconds")
+    per_round = ref.sum(1) / cand.sum(1)
+    items = ref.shape[1]
+    gen = torch.Generator().manual_seed(seed)
+    pick = torch.randint(0, items, (resamples, items), generator=gen)
+    ref_items, cand_items = ref.sum(0), cand.sum(0)  # [items], summed over rounds
+    boot = ref_items[pick].sum(1) / cand_items[pick].sum(1)
+    lo, hi = torch.quantile(boot, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return PairedRatio(
+        ratio=float(per_round.median()),
+        ci95=(lo, hi),
+        spread=(float(per_round.min()), float(per_round.max())),
+        rounds=tuple(per_round.tolist()),
+    )
+
+
+def rotated(arms: Sequence[str], round_index: int) -> list[str]:
+    """The arms' order in round ``round_index``: rotated by one each round."""
+    k = round_index % len(arms) if arms else 0
+    return [*arms[k:], *arms[:k]]
+
+
+def cpu_name() -> str:
+    """The CPU model as the kernel names it (``/proc/cpuinfo``), else the platform's guess."""
+    info = Path("/proc/cpuinfo")
+    if info.is_file():
+        for line in info.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown CPU"

@@ -1,0 +1,30 @@
+"""Engine knobs (:class:`EngineConfig`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from echo_scheduler.driver import MAX_DRAFT_DEPTH
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Engine knobs. ``budget`` is K, draft tokens verified per step over the whole batch, or
+    ``"auto"``: K_max from the verify-cost profile measured on this machine (engine/budget.py)."""
+
+    budget: int | Literal["auto"] = 16
+    max_batch: int = 8
+    kv_slots: int = 16384
+    max_context: int | None = None
+    max_depth: int = MAX_DRAFT_DEPTH  # safety bound on drafted depths per step
+    elastic: bool = False  # per-step cost floor (echo_scheduler.elastic), from the verify profile
+
+    def __post_init__(self) -> None:
+        if self.budget != "auto" and (not isinstance(self.budget, int) or self.budget < 0):
+            raise ValueError(f"budget must be an int >= 0 or 'auto', got {self.budget!r}")
+        if self.max_batch < 1 or self.kv_slots < 1 or self.max_depth < 0:
+            raise ValueError(
+                f"need max_batch >= 1, kv_slots >= 1, max_depth >= 0, got {self.max_batch}, "
+                f"{self.kv_slots}, {self.max_depth}"
+            )

@@ -1,0 +1,101 @@
+"""One ECHO decode step inside SGLang: EAGLE's pool in, SGLang's verify tensors out.
+
+The worker (:mod:`~echo_sglang.worker`) lets SGLang's EAGLE draft run and build its
+own verify input, captures the pool (:mod:`~echo_sglang.pool_capture`), and then
+calls :meth:`EchoStep.plan` and :func:`overwrite_verify_input`:
+
+1. pool = every EAGLE candidate (:func:`~echo_sglang.eagle_pool.pool_from_eagle`);
+2. the policy gates and selects at most ``K = config.step_budget(B)`` nodes for the whole batch,
+   at most ``N - 1`` per request (:class:`~echo_sglang.selection.PoolReplay`);
+3. the SuperTree is encoded in SGLang's padded layout with EAGLE's shapes (``T = N``, accept width
+   ``S + 1``) and copied *into* EAGLE's tensors, which keeps their storage: SGLang's CUDA-graph
+   and attention-backend buffers stay valid.
+
+Nothing here imports sglang: it is exercised on CPU against SGLang's own Triton kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from echo_scheduler.interface import StepBatch
+from echo_sglang.config import EchoConfig
+from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
+from echo_sglang.masks import TreeMaskMode
+from echo_sglang.padded import PaddedVerifyInput, padded_verify_input
+from echo_sglang.selection import PoolReplay, Selection
+
+VERIFY_FIELDS = (
+    ("draft_token", "draft_token"),
+    ("positions", "positions"),
+    ("retrieve_index", "retrive_index"),
+    ("retrieve_next_token", "retrive_next_token"),
+    ("retrieve_next_sibling", "retrive_next_sibling"),
+)
+"""(EagleVerifyInput attribute, PaddedVerifyInput attribute) pairs copied every step."""
+
+
+class EchoStep:
+    """ECHO's selection for one SGLang worker (the policy keeps per-step state)."""
+
+    def __init__(self, config: EchoConfig) -> None:
+        self.config = config
+        self.replay = PoolReplay(config.make_policy())
+
+    def plan(
+        self,
+        score_list: Sequence[Tensor],
+        token_list: Sequence[Tensor],
+        parents_list: Sequence[Tensor],
+        root_token: Tensor,  # [B] int64, the verified last token per request
+        seq_lens: Tensor,  # [B] int64, cached tokens per request
+    ) -> tuple[Selection, PaddedVerifyInput]:
+        """Select this step's SuperTree and encode it (module docstring, steps 1-3)."""
+        cfg = self.config
+        pool = pool_from_eagle(*concat_draft_lists(score_list, token_list, parents_list), cfg.topk)
+        b = pool.tree.batch_size
+        caps = torch.full(
+            (b,), cfg.max_nodes_per_request, dtype=torch.int64, device=pool.tree.device
+        )
+        batch = StepBatch(batch_size=b, budget=cfg.step_budget(b), max_nodes=caps)
+        selection = self.replay.select(pool.tree, pool.rank, batch)
+        layout = padded_verify_input(
+            selection.tree,
+            root_token.to(torch.int64),
+            seq_lens.to(torch.int64),
+            num_draft_tokens=cfg.num_draft_tokens,
+            max_tree_depth=cfg.num_steps + 1,
+        )
+        return selection, layout
+
+
+def overwrite_verify_input(
+    verify_input: Any, layout: PaddedVerifyInput, mask_mode: TreeMaskMode | int
+) -> None:
+    """Copy ``layout`` into SGLang's ``EagleVerifyInput`` tensors in place.
+
+    The shapes are EAGLE's (same ``T``, same batch); the mask is encoded in ``mask_mode`` and
+    written over the front of ``custom_mask``, which may be a larger preallocated buffer.
+    """
+    for ours, theirs in VERIFY_FIELDS:
+        dst: Tensor = getattr(verify_input, ours)
+        src: Tensor = getattr(layout, theirs)
+        if dst.shape != src.shape:
+            raise ValueError(
+                f"EagleVerifyInput.{ours} has shape {tuple(dst.shape)}, ECHO built "
+                f"{tuple(src.shape)}: the verify width must stay --speculative-num-draft-tokens"
+            )
+        dst.copy_(src)
+    mask = layout.custom_mask(mask_mode)
+    buffer: Tensor = verify_input.custom_mask
+    flat = buffer.view(-1)
+    if flat.numel() < mask.numel() or buffer.dtype != mask.dtype:
+        raise ValueError(
+            f"custom_mask buffer ({flat.numel()} x {buffer.dtype}) cannot hold ECHO's mask "
+            f"({mask.numel()} x {mask.dtype}) in mode {TreeMaskMode(int(mask_mode)).name}"
+        )
+    flat[: mask.numel()].copy_(mask)
