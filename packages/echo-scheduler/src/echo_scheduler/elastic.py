@@ -32,10 +32,14 @@ step was verified lately the secant runs over ``max(1, B)`` rows instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from torch import Tensor
 
 from echo_scheduler.cost import LatencyModel
 from echo_scheduler.errors import CostModelError
+from echo_scheduler.interface import StepBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,3 +113,29 @@ class ElasticFloor:
             first = self.draft_s_per_depth == 0.0
             self.draft_s_per_depth += (1.0 if first else a) * (per_depth - self.draft_s_per_depth)
         self.steps += 1
+
+    def observe_phases(
+        self,
+        batch_size: int,
+        verified: int,
+        emitted: int,
+        phase_s: Mapping[str, float],
+        depths: int,
+    ) -> None:
+        """:meth:`observe` from a step's wall time per phase: ``verify``, ``draft`` and the rest
+        (every other phase) as ``other_s``."""
+        verify = phase_s.get("verify", 0.0)
+        other = sum(phase_s.values()) - verify
+        self.observe(
+            batch_size, verified, emitted, verify, other, phase_s.get("draft", 0.0), depths
+        )
+
+
+def step_batch(floor: ElasticFloor | None, budget: int, max_nodes: Tensor) -> StepBatch:
+    """The :class:`StepBatch` of a step over ``len(max_nodes)`` requests with budget K, under the
+    floor's current ``min_utility`` and ``depth_price`` (none without a floor)."""
+    b = int(max_nodes.numel())
+    if floor is None:
+        return StepBatch(b, budget, max_nodes)
+    f = floor.floor(b)
+    return StepBatch(b, budget, max_nodes, min_utility=f.min_utility, depth_price=f.depth_price)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from echo_server.bench.intervals import cpu_name, paired_ratio, rotated
+from echo_server.bench.intervals import cpu_name, paired_ratio, rotated, round_ratio
 
 
 def test_round_ratios_and_their_median() -> None:
@@ -40,3 +40,17 @@ def test_rotation_changes_who_goes_first() -> None:
     assert rotated(["plain", "echo"], 1) == ["echo", "plain"]
     assert rotated(["a", "b", "c"], 4) == ["b", "c", "a"]
     assert cpu_name()
+
+
+def test_round_ratio_median_and_log_t_interval() -> None:
+    import math
+
+    r = round_ratio([1.0, 1.1, 1.21])
+    assert r.ratio == pytest.approx(1.1)
+    logs = [0.0, math.log(1.1), math.log(1.21)]  # mean log 1.1, sd log(1.1)
+    half = 4.303 * math.log(1.1) / math.sqrt(3)
+    assert r.ci95 == pytest.approx((1.1 * math.exp(-half), 1.1 * math.exp(half)))
+    assert sum(logs) / 3 == pytest.approx(math.log(1.1))
+    assert round_ratio([1.3]).ci95 == (1.3, 1.3)
+    with pytest.raises(ValueError, match="> 0"):
+        round_ratio([])

@@ -39,6 +39,7 @@ def test_smoke_bench_writes_a_valid_document(smollm: LoadedModel, tmp_path: Path
         concurrency=tuple(args.concurrency),
         max_tokens=args.max_tokens,
         trace_policy="echo",
+        rounds=2,
     )
     result = run_suite(_factory(smollm, args, workloads), workloads, spec, progress=False)
 
@@ -50,6 +51,9 @@ def test_smoke_bench_writes_a_valid_document(smollm: LoadedModel, tmp_path: Path
         assert 0 < run.output_tokens <= 2 * 8
         assert run.speedup is not None
         assert run.speedup > 0
+        assert len(run.speedup_rounds) == 2
+        assert run.speedup_ci95 is not None
+        assert run.speedup_ci95[0] <= run.speedup <= run.speedup_ci95[1]
         assert run.oracle_ratio is None or 0.0 <= run.oracle_ratio <= 1.0
         assert 0.0 <= run.draft_yield <= 1.0
         assert run.mean_accepted_length >= 1.0

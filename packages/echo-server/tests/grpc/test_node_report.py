@@ -10,7 +10,7 @@ from echo_scheduler.policies import make_policy
 from echo_server.drafting import NgramDrafter
 from echo_server.engine import Engine, EngineConfig, GenerationRequest
 from echo_server.grpc.engine_thread import EngineThread
-from echo_server.grpc.gate_observer import GateObserver
+from echo_server.grpc.gate_drift import GateObserver
 from echo_server.grpc.lease import NodeIdentity
 from echo_server.grpc.lease_client import LeaseClient
 from echo_server.model.loader import LoadedModel

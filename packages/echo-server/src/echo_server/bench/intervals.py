@@ -11,10 +11,16 @@ item ``i`` in round ``r``:
   and take the 2.5th and 97.5th percentiles of ``resamples`` such ratios (seeded, so the same
   timings give the same interval);
 - ``spread`` is ``(min, max)`` of the round ratios.
+
+Where items cannot be timed apart (a closed loop at concurrency > 1 overlaps its requests), each
+round is one replicate: :func:`round_ratio` reports the median of the per-round ratios and a
+Student-t 95% interval of their log, ``exp(mean(log r) +- t_{0.975, n-1} * sd(log r) / sqrt(n))``
+(the ratio of two noisy timings is closer to log-normal than normal).
 """
 
 from __future__ import annotations
 
+import math
 import platform
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,6 +76,35 @@ def paired_ratio(
         ci95=(lo, hi),
         spread=(float(per_round.min()), float(per_round.max())),
         rounds=tuple(per_round.tolist()),
+    )
+
+
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+"""Two-sided 95% Student-t quantiles t_{0.975, df} for df = 1..10 (standard tables); larger df
+use 2.228 down to the normal 1.96 (a conservative bound)."""
+
+
+def round_ratio(ratios: Sequence[float]) -> PairedRatio:
+    """Median and t-interval of per-round speed ratios (module docstring); one round gives a
+    zero-width interval at its ratio."""
+    r = torch.tensor(list(ratios), dtype=torch.float64)
+    if r.numel() == 0 or bool((r <= 0).any()):
+        raise ValueError(f"need at least one round ratio > 0, got {list(ratios)}")
+    n = r.numel()
+    logs = r.log()
+    if n == 1:
+        lo = hi = float(r[0])
+    else:
+        t = T975[min(n - 2, len(T975) - 1)]
+        half = t * float(logs.std()) / n**0.5
+        lo, hi = math.exp(float(logs.mean()) - half), math.exp(float(logs.mean()) + half)
+    return PairedRatio(
+        ratio=float(r.median())
+        if n % 2
+        else float(r.sort().values[n // 2 - 1 : n // 2 + 1].mean()),
+        ci95=(lo, hi),
+        spread=(float(r.min()), float(r.max())),
+        rounds=tuple(r.tolist()),
     )
 
 

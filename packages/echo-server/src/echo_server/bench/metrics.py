@@ -138,8 +138,10 @@ class RunResult:
     ttft_p50_ms: float
     phase_ms_per_step: dict[str, float]
     draft_yield_quartiles: tuple[float, float, float]
-    speedup: float | None = None
-    speedup_cpu: float | None = None
+    speedup: float | None = None  # median over interleaved rounds of plain's wall / this run's
+    speedup_ci95: tuple[float, float] | None = None  # t-interval over rounds (bench.intervals)
+    speedup_rounds: tuple[float, ...] = ()
+    speedup_cpu: float | None = None  # the same median, in CPU time
     outputs_match: bool | None = None
     mismatches: list[dict[str, object]] = field(default_factory=list)
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from echo_server.bench.intervals import cpu_name
 from echo_server.bench.metrics import CONFIDENCE_BINS, PHASES, RunResult, pooled_confidence
 from echo_server.bench.suite import SuiteResult
 
@@ -45,6 +46,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": cpu_name(),
         "cpu_count": os.cpu_count(),
         "load_average_1_5_15": [round(x, 2) for x in load],
         "python": platform.python_version(),
@@ -61,17 +63,23 @@ def _match(x: bool | None) -> str:
     return "n/a" if x is None else ("yes" if x else "NO")
 
 
+def _ci(ci: tuple[float, float] | None) -> str:
+    return f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci is not None else ""
+
+
 def markdown_table(runs: Sequence[RunResult]) -> str:
     """One row per run: throughput, speedup and acceptance metrics."""
     head = (
-        "| workload | conc | policy | tok/s | speedup | tok/cpu-s | speedup (cpu) | MAT | yield "
+        "| workload | conc | policy | tok/s | speedup [95% CI] | tok/cpu-s | speedup (cpu) | MAT "
+        "| yield "
         "| verified/step | oracle | p50 ms/tok | p99 ms/tok | outputs match |"
     )
     lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         lines.append(
             f"| {r.workload} | {r.concurrency} | {r.policy} | {r.tokens_per_s:.1f} "
-            f"| {_num(r.speedup, '.2f')} | {r.tokens_per_cpu_s:.1f} | {_num(r.speedup_cpu, '.2f')} "
+            f"| {_num(r.speedup, '.2f')} {_ci(r.speedup_ci95)} | {r.tokens_per_cpu_s:.1f} "
+            f"| {_num(r.speedup_cpu, '.2f')} "
             f"| {r.mean_accepted_length:.2f} | {r.draft_yield:.3f} "
             f"| {r.verified_per_step:.1f} | {_num(r.oracle_ratio, '.3f')} "
             f"| {r.latency_p50_ms:.1f} | {r.latency_p99_ms:.1f} | {_match(r.outputs_match)} |"

@@ -1,8 +1,11 @@
 """Every policy side by side on the same prompts, at every concurrency, in one process.
 
-For each workload and concurrency the reference ``plain`` runs first, then every other policy
-on the same prompts with the same sampling; ``speedup`` is a policy's tokens/s over plain's from
-that same (workload, concurrency). Under greedy decoding every policy's outputs must equal
+For each workload and concurrency every policy (the reference ``plain`` included) runs the same
+prompts with the same sampling in ``rounds`` interleaved rounds, the order rotated by one policy
+each round, so the machine's drift lands on every arm. A policy's ``speedup`` is the median over
+rounds of ``its tokens/s / plain's tokens/s`` in that round, with a 95% t-interval over the
+rounds (``speedup_ci95``, :func:`echo_server.bench.intervals.round_ratio`); its reported row is
+the round closest to that median. Under greedy decoding every policy's outputs must equal
 plain's token for token (speculative decoding is lossless); any difference is recorded in the
 run's ``mismatches`` (with the reference's top-2 logit gap at the first differing position when
 a ``gap`` probe is given: a gap near 0 is a floating-point near-tie, anything else a bug) and
@@ -20,6 +23,7 @@ from tqdm import tqdm
 from echo_core.sampling import SamplingParams
 from echo_scheduler.trace import RecordedStep
 from echo_server.bench.harness import RunOutput, run_closed_loop
+from echo_server.bench.intervals import rotated, round_ratio
 from echo_server.bench.metrics import RunAccumulator, RunResult
 from echo_server.bench.workloads import Workload
 from echo_server.engine import Engine
@@ -39,6 +43,11 @@ class SuiteSpec:
     temperature: float = 0.0
     seed: int = 0
     trace_policy: str | None = None  # keep this policy's steps as simulator traces
+    rounds: int = 3  # interleaved rounds per (workload, concurrency)
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
 
     @property
     def ordered_policies(self) -> tuple[str, ...]:
@@ -109,40 +118,61 @@ def run_suite(
         seed=None if spec.greedy else spec.seed,
     )
     policies = spec.ordered_policies
-    total = sum(len(w.prompts) for w in workloads) * len(spec.concurrency) * len(policies)
+    total = (
+        sum(len(w.prompts) for w in workloads) * len(spec.concurrency) * len(policies) * spec.rounds
+    )
     bar: Any = tqdm(total=total, unit="req", disable=not progress, dynamic_ncols=True)
     result = SuiteResult()
     try:
         for workload in workloads:
             for conc in spec.concurrency:
-                reference: RunOutput | None = None
+                cell: dict[str, list[RunOutput]] = {p: [] for p in policies}
+                for r in range(spec.rounds):
+                    for policy in rotated(list(policies), r):
+                        bar.set_description(f"{workload.name} c={conc} {policy} round {r + 1}")
+                        out = run_closed_loop(
+                            factory(policy, conc),
+                            workload.prompts,
+                            conc,
+                            sampling,
+                            (policy, workload.name),
+                            record=policy == spec.trace_policy and r == 0,
+                            on_request_done=lambda: bar.update(1),
+                        )
+                        cell[policy].append(out)
                 for policy in policies:
-                    bar.set_description(f"{workload.name} c={conc} {policy}")
-                    out = run_closed_loop(
-                        factory(policy, conc),
-                        workload.prompts,
-                        conc,
-                        sampling,
-                        (policy, workload.name),
-                        record=policy == spec.trace_policy,
-                        on_request_done=lambda: bar.update(1),
-                    )
-                    if reference is None:
-                        reference = out
-                    r = out.result
-                    base = reference.result.tokens_per_s
-                    r.speedup = r.tokens_per_s / base if base > 0 else None
-                    base_cpu = reference.result.tokens_per_cpu_s
-                    r.speedup_cpu = r.tokens_per_cpu_s / base_cpu if base_cpu > 0 else None
-                    if spec.greedy:
-                        r.mismatches = compare_outputs(reference, out, gap)
-                        r.outputs_match = not r.mismatches
-                    result.runs.append(r)
-                    if on_run is not None:
-                        on_run(r)
-                    result.accumulators[(policy, workload.name, conc)] = out.accumulator
-                    if out.recorded:
-                        result.traces.setdefault(workload.name, []).extend(out.recorded)
+                    _settle_cell(result, cell, policy, spec, gap, on_run)
     finally:
         bar.close()
     return result
+
+
+def _settle_cell(
+    result: SuiteResult,
+    cell: dict[str, list[RunOutput]],
+    policy: str,
+    spec: SuiteSpec,
+    gap: GapProbe | None,
+    on_run: Callable[[RunResult], None] | None,
+) -> None:
+    """One policy's rounds in a (workload, concurrency) cell -> its row, with speedups."""
+    reference, runs = cell[REFERENCE], cell[policy]
+    pairs = list(zip(reference, runs, strict=True))
+    wall = [out.result.tokens_per_s / ref.result.tokens_per_s for ref, out in pairs]
+    cpu = [out.result.tokens_per_cpu_s / ref.result.tokens_per_cpu_s for ref, out in pairs]
+    speed = round_ratio(wall)
+    median_round = min(range(len(wall)), key=lambda i: abs(wall[i] - speed.ratio))
+    out = runs[median_round]
+    r = out.result
+    r.speedup, r.speedup_ci95, r.speedup_rounds = speed.ratio, speed.ci95, speed.rounds
+    r.speedup_cpu = round_ratio(cpu).ratio
+    if spec.greedy:
+        r.mismatches = [m for run in runs for m in compare_outputs(reference[0], run, gap)]
+        r.outputs_match = not r.mismatches
+    result.runs.append(r)
+    if on_run is not None:
+        on_run(r)
+    result.accumulators[(policy, r.workload, r.concurrency)] = out.accumulator
+    recorded = [step for run in runs for step in run.recorded]
+    if recorded:
+        result.traces.setdefault(r.workload, []).extend(recorded)

@@ -43,7 +43,7 @@ log = structlog.get_logger(__name__)
 
 QUICK = {
     "policies": ["plain", "eagle2", "global-topk", "echo"],
-    "num_prompts": 8,
+    "num_prompts": 6,
     "concurrency": [1, 8],
     "max_tokens": 32,
     "projection_steps": 6,
@@ -65,6 +65,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default) or 1")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--rounds", type=int, default=3, help="interleaved rounds per cell (order rotated)"
+    )
     p.add_argument("--quick", action="store_true", help="a few-minute run: " + str(QUICK))
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="plots, traces, JSON")
     p.add_argument("--json", type=Path, default=None, help="JSON path (default OUT/bench.json)")
@@ -146,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         seed=args.seed,
         trace_policy=None if args.no_projection else TRACE_POLICY,
+        rounds=args.rounds,
     )
 
     def gap(prompt_ids: list[int], prefix: list[int]) -> float:

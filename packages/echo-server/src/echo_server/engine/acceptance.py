@@ -60,3 +60,18 @@ def accept(
         result.num_accepted.to(tree.device),
         result.bonus_token.to(tree.device),
     )
+
+
+def first_token(state: RequestState, logits: Tensor) -> int:
+    """First output token from the prompt's last-row logits ([V] float32): the bonus token of a
+    tree with no draft nodes, sampled from the request's own generator."""
+    p = state.params
+    if p.is_greedy:
+        return int(logits.argmax())
+    probs = target_probs(
+        logits.unsqueeze(0),
+        torch.tensor([p.temperature]),
+        torch.tensor([p.top_k]),
+        torch.tensor([p.top_p]),
+    )
+    return int(torch.multinomial(probs[0], 1, generator=state.generator))

@@ -29,13 +29,12 @@ import torch
 from torch import Tensor
 
 from echo_core.acceptance import AcceptResult
-from echo_core.sampling import target_probs
 from echo_gating.policy import GatePolicy
 from echo_scheduler.driver import DrivenStep, drive_step
-from echo_scheduler.elastic import ElasticFloor
+from echo_scheduler.elastic import ElasticFloor, step_batch
 from echo_scheduler.interface import Policy, StepBatch, StepOutcome
 from echo_server.drafting.base import Drafter
-from echo_server.engine.acceptance import accept
+from echo_server.engine.acceptance import accept, first_token
 from echo_server.engine.admission import Admission
 from echo_server.engine.budget import StepBudget, load_or_measure_profile
 from echo_server.engine.config import EngineConfig
@@ -74,14 +73,8 @@ class Engine:
         self.model, self.tokenizer = model, tokenizer
         self.policy, self.drafter = policy, drafter
         self.config = cfg = config or EngineConfig()
-        self.kv = KVPool(
-            model.config,
-            cfg.kv_slots,
-            max_requests=cfg.max_batch,
-            max_context=cfg.max_context,
-            dtype=model.dtype,
-            device=model.device,
-        )
+        mc, dtype, device = model.config, model.dtype, model.device
+        self.kv = KVPool(mc, cfg.kv_slots, cfg.max_batch, cfg.max_context, dtype, device)
         self.budget = StepBudget.for_model(cfg.budget, model)
         self.elastic = ElasticFloor(load_or_measure_profile(model)) if cfg.elastic else None
         slack = self.budget.local.budget(1) + cfg.max_batch  # K + one root per request
@@ -195,14 +188,7 @@ class Engine:
             self.drafter.begin_step([s.context for s in batch], [s.request_id for s in batch])
             # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
             caps = torch.tensor([max(s.remaining - 1, 0) for s in batch], dtype=torch.int64)
-            floor = self.elastic.floor(len(batch)) if self.elastic is not None else None
-            step = StepBatch(
-                len(batch),
-                self.budget_k(len(batch)),
-                caps,
-                min_utility=floor.min_utility if floor is not None else 0.0,
-                depth_price=floor.depth_price if floor is not None else None,
-            )
+            step = step_batch(self.elastic, self.budget_k(len(batch)), caps)
             source = DrafterSource(self.drafter)
             driven = drive_step(self.policy, source, step, max_depth=self.config.max_depth)
             timer.mark("draft")
@@ -231,31 +217,24 @@ class Engine:
         self.policy.observe(StepOutcome(n_acc, tree.nodes_per_request()))
         timer.mark("commit")
         root_positions = torch.tensor([len(s.context) - 1 for s in batch], dtype=torch.int64)
-        verified_per_request = tree.nodes_per_request().tolist()
+        counts = zip(n_acc.tolist(), tree.nodes_per_request().tolist(), strict=True)
         events = []
-        for b, (state, tokens) in enumerate(zip(batch, result.emitted_tokens(tree), strict=True)):
-            state.steps += 1
-            state.accepted += int(n_acc[b])
-            state.verified += int(verified_per_request[b])
+        for state, tokens, (a, n) in zip(batch, result.emitted_tokens(tree), counts, strict=True):
+            state.steps, state.accepted, state.verified = (
+                state.steps + 1,
+                state.accepted + a,
+                state.verified + n,
+            )
             event = apply_new_tokens(state, tokens, self.tokenizer)
             if event.finish_reason is not None:
                 self._finish(state, event.finish_reason)
             events.append(event)
         timer.mark("emit")
         emitted = sum(len(e.token_ids) for e in events)
+        phases, depths = dict(timer.seconds), spec.driven.depths
         if self.elastic is not None:
-            sec = timer.seconds
-            self.elastic.observe(
-                len(batch),
-                verified=tree.num_nodes,
-                emitted=emitted,
-                verify_s=sec["verify"],
-                other_s=sum(sec.values()) - sec["verify"],
-                draft_s=sec["draft"],
-                depths=spec.driven.depths,
-            )
+            self.elastic.observe_phases(len(batch), tree.num_nodes, emitted, phases, depths)
         verified = VerifiedStep.of(batch, spec.step, spec.driven, result, root_positions)
-        phases = dict(timer.seconds)
         return StepReport(events, 0, emitted, verified.stats.totals, phases, (verified,))
 
     def _admit_and_prefill(self) -> StepReport:
@@ -265,7 +244,7 @@ class Engine:
         if not admitted:
             return StepReport([])
         out = prefill(self.model, self.kv, admitted, self.drafter.aux_layers)
-        first = [_first_token(s, out.logits[b]) for b, s in enumerate(admitted)]
+        first = [first_token(s, out.logits[b]) for b, s in enumerate(admitted)]
         ids = [s.request_id for s in admitted]
         self.drafter.observe(feedback(ids, out, None, torch.tensor(first, dtype=torch.int64)))
         events = []
@@ -288,27 +267,9 @@ class Engine:
         if state in self.running:
             self.running.remove(state)
         self.drafter.release(state.request_id)
-        log.debug(
-            "request_finished",
-            request_id=state.request_id,
-            reason=reason.value,
-            tokens=len(state.output_ids),
-            mean_accepted_length=round(state.mean_accepted_length, 3),
-        )
-
-
-def _first_token(state: RequestState, logits: Tensor) -> int:
-    """First output token from the prompt's last-row logits ([V] float32)."""
-    p = state.params
-    if p.is_greedy:
-        return int(logits.argmax())
-    probs = target_probs(
-        logits.unsqueeze(0),
-        torch.tensor([p.temperature]),
-        torch.tensor([p.top_k]),
-        torch.tensor([p.top_p]),
-    )
-    return int(torch.multinomial(probs[0], 1, generator=state.generator))
+        mal, tokens = round(state.mean_accepted_length, 3), len(state.output_ids)
+        rid, why = state.request_id, reason.value
+        log.debug("request_finished", request_id=rid, reason=why, tokens=tokens, mal=mal)
 
 
 class _SpeculationError(RuntimeError):

@@ -112,6 +112,13 @@ class RequestState:
     def root(self) -> int:
         return self.output_ids[-1]
 
+    def record_step(self, accepted: int, verified: int) -> None:
+        """Count one decode step that verified ``verified`` draft nodes and accepted
+        ``accepted``."""
+        self.steps += 1
+        self.accepted += accepted
+        self.verified += verified
+
     @property
     def acceptance(self) -> AcceptanceTotals:
         """This request's counts over its decode steps (one request-step each)."""

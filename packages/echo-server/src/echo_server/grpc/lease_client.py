@@ -34,7 +34,7 @@ from echo_proto.budget.v1 import budget_pb2 as bpb
 from echo_proto.budget.v1 import budget_pb2_grpc
 from echo_server.grpc import convert
 from echo_server.grpc.engine_thread import EngineThread
-from echo_server.grpc.gate_observer import GateObserver
+from echo_server.grpc.gate_drift import GateObserver
 from echo_server.grpc.lease import NodeIdentity, NodeReport, ReceivedLease
 from echo_server.grpc.metrics import NodeMetrics
 

@@ -23,7 +23,7 @@ from echo_proto.serving.v1 import serving_pb2_grpc
 from echo_server.engine import Engine
 from echo_server.grpc.convert import RequestLimits
 from echo_server.grpc.engine_thread import EngineThread
-from echo_server.grpc.gate_observer import GateObserver
+from echo_server.grpc.gate_drift import GateObserver
 from echo_server.grpc.generation_service import SERVICE_NAME, GenerationService
 from echo_server.grpc.lease import NodeIdentity, ReceivedLease
 from echo_server.grpc.lease_client import LeaseClient
