@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
@@ -44,6 +44,24 @@ def reference_row(logits: list[float], temperature: float, top_k: int, top_p: fl
         mass += weights[j] / total
     norm = sum(weights[j] for j in nucleus)
     return [weights[j] / norm if j in nucleus else 0.0 for j in range(v)]
+
+
+EPS32 = torch.finfo(torch.float32).eps
+
+
+def _prefix_masses(logits: list[float], temperature: float, top_k: int) -> list[float]:
+    """Cumulative probability after each kept token, in the reference's order."""
+    if temperature == 0:
+        return []
+    order = sorted(range(len(logits)), key=lambda j: (-logits[j], j))
+    kept = order[:top_k] if top_k else order
+    top = max(logits[j] / temperature for j in kept)
+    weights = [math.exp(logits[j] / temperature - top) for j in kept]
+    total, mass, out = sum(weights), 0.0, []
+    for w in weights:
+        mass += w / total
+        out.append(mass)
+    return out
 
 
 def test_defaults_are_valid_and_not_greedy() -> None:
@@ -105,6 +123,10 @@ def test_matches_the_python_reference(
 ) -> None:
     # Integer logits make ties common; the reference breaks them by token id.
     z = [float(x) for x in logits]
+    # A nucleus cut whose cumulative mass lies within float32 rounding of top_p may fall on
+    # either side of it in float32 (e.g. two tied tokens of mass 0.5 - 6e-8 against p = 0.5):
+    # both answers are correct to the dtype, so such boundary cases are not compared.
+    assume(all(abs(m - top_p) > 64 * EPS32 for m in _prefix_masses(z, temperature, top_k)))
     got = probs_of(torch.tensor([z]), temperature, top_k, top_p)[0]
     want = reference_row(z, temperature, top_k, top_p)
     assert got.tolist() == pytest.approx(want, abs=1e-5)

@@ -37,7 +37,7 @@ DEFAULT_CACHE = Path.home() / ".cache" / "echo" / "verify_cost"
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetPolicy:
+class LocalBudget:
     """K per step: ``fixed`` when set, else from ``cost`` at the batch size."""
 
     fixed: int | None = None
@@ -59,14 +59,14 @@ class BudgetPolicy:
 
 
 class StepBudget:
-    """K for each step: the local :class:`BudgetPolicy`, capped by a controller's lease.
+    """K for each step: the local :class:`LocalBudget`, capped by a controller's lease.
 
     ``k(B) = min(local.budget(B), lease)`` while a lease is held, else ``local.budget(B)``. The
     lease never lifts K above the local budget: the KV slack of admitted requests was sized for
     it, and past the local knee extra tokens cost more than they earn.
     """
 
-    def __init__(self, local: BudgetPolicy) -> None:
+    def __init__(self, local: LocalBudget) -> None:
         self.local = local
         self.lease: int | None = None
 
@@ -74,8 +74,8 @@ class StepBudget:
     def for_model(cls, budget: int | str, model: LlamaModel) -> StepBudget:
         """``budget`` an int K, or ``"auto"``: K_max of the verify profile measured here."""
         if isinstance(budget, int):
-            return cls(BudgetPolicy(fixed=budget))
-        return cls(BudgetPolicy(cost=load_or_measure(model)))
+            return cls(LocalBudget(fixed=budget))
+        return cls(LocalBudget(cost=load_or_measure(model)))
 
     def set_lease(self, k: int | None) -> None:
         """Cap K at ``k`` from the next step on; None restores the local policy."""
