@@ -12,7 +12,7 @@ from echo_server.training.dataset import (
     split,
 )
 from echo_server.training.selfdistill import DistilledSequence
-from echo_server.training.synthetic import sequences
+from echo_server.training.testing import sequences
 
 
 def test_draft_vocabulary_takes_frequent_generated_tokens_and_specials() -> None:

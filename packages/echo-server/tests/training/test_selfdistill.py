@@ -15,7 +15,7 @@ from echo_server.training.selfdistill import (
     stored_aux_layers,
     write_shard,
 )
-from echo_server.training.synthetic import feedback, sequences
+from echo_server.training.testing import feedback, sequences
 
 
 def test_recorder_joins_prefill_and_steps_and_appends_the_last_token() -> None:

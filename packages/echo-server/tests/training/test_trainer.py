@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from echo_server.training.synthetic import HIDDEN, VOCAB, sequences, tiny_head
+from echo_server.training.testing import HIDDEN, VOCAB, sequences, tiny_head
 from echo_server.training.trainer import TrainConfig, agreement, train
 
 

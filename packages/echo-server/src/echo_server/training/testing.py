@@ -1,4 +1,5 @@
-"""Synthetic heads, target feedback and self-distilled sequences, for tests and smoke runs.
+"""Synthetic heads, target feedback and self-distilled sequences: test and benchmark fixtures;
+production code never imports this module (tests/test_import_hygiene.py checks it).
 
 No real model is needed: a tiny randomly initialised head attached to a random tied embedding,
 hand-built :class:`~echo_server.drafting.base.TargetFeedback`, and sequences whose continuation
