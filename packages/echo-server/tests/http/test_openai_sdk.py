@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from typing import Any
 
 import grpc
 import httpx
 import openai
 import pytest
 from openai import OpenAI
+from openai.types.chat import ChatCompletionMessageParam
 
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_proto.serving.v1 import serving_pb2_grpc
@@ -21,8 +23,8 @@ PROMPT = "def fibonacci(n):"
 QUESTION = "Name three primary colours."
 
 
-def client(url: str, token: str = "unused", **kw: object) -> OpenAI:
-    return OpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0, timeout=120.0, **kw)  # type: ignore[arg-type]
+def client(url: str, token: str = "unused") -> OpenAI:
+    return OpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0, timeout=120.0)
 
 
 def plain_cli(prompt: str, max_tokens: int, raw: bool) -> str:
@@ -52,18 +54,18 @@ def test_greedy_completion_equals_plain_decoding_of_the_cli(live_node: LiveNodeF
 
 
 def test_chat_stream_matches_unary_chat_and_grpc_chat(live_node: LiveNodeFactory) -> None:
-    messages = [{"role": "user", "content": QUESTION}]
+    messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": QUESTION}]
     with live_node() as node, client(node.http_url) as api:
         unary = api.chat.completions.create(
             model=MODEL,
             messages=messages,
             max_tokens=20,
-            temperature=0,  # type: ignore[arg-type]
+            temperature=0,
         )
         chunks = list(
             api.chat.completions.create(
                 model=MODEL,
-                messages=messages,  # type: ignore[arg-type]
+                messages=messages,
                 max_tokens=20,
                 temperature=0,
                 stream=True,
@@ -96,7 +98,7 @@ def test_chat_stream_matches_unary_chat_and_grpc_chat(live_node: LiveNodeFactory
 def test_models_and_impossible_parameters_name_the_field(live_node: LiveNodeFactory) -> None:
     with live_node() as node, client(node.http_url) as api:
         assert [m.id for m in api.models.list()] == [MODEL]
-        cases = {
+        cases: dict[str, dict[str, Any]] = {
             "top_p": {"top_p": 1.5},
             "temperature": {"temperature": -1.0},
             "n": {"n": 2},
@@ -110,7 +112,7 @@ def test_models_and_impossible_parameters_name_the_field(live_node: LiveNodeFact
         }
         for field, extra in cases.items():
             with pytest.raises(openai.BadRequestError) as info:
-                api.completions.create(model=MODEL, prompt="hi", **extra)  # type: ignore[call-overload]
+                api.completions.create(model=MODEL, prompt="hi", **extra)
             body = info.value.body
             assert isinstance(body, dict), (field, body)
             assert body["param"] == field, (field, body)

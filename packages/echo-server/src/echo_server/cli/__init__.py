@@ -12,6 +12,7 @@ from echo_controller.logs import LEVELS, configure_logging
 from echo_core.errors import EchoError
 from echo_server.cli import (
     bench,
+    bench_serve,
     calibrate,
     demo,
     generate,
@@ -28,6 +29,7 @@ COMMANDS = {
     "serve": serve,
     "controller": controller,
     "bench": bench,
+    "bench-serve": bench_serve,
     "sim": sim,
     "train-draft": train_draft,
     "calibrate": calibrate,
