@@ -7,7 +7,7 @@ import torch
 
 from echo_core.tree import make_tree
 from echo_sglang.accept import accept_result, step_outcome
-from echo_sglang.masks import TreeMaskMode, bitpacked_mask, full_mask
+from echo_sglang.masks import TreeMaskMode, bitpacked_mask, full_mask, write_mask
 from echo_sglang.padded import padded_verify_input
 from echo_sglang.ragged import ragged_verify_input
 
@@ -70,6 +70,36 @@ def test_full_mask_rejects_columns_beyond_a_request() -> None:
     visible = torch.ones(2, 3, dtype=torch.bool)
     with pytest.raises(ValueError, match="beyond its request"):
         full_mask(visible, torch.tensor([0, 2]), torch.tensor([0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8])
+def test_bool_mask_is_written_as_zero_one_in_the_buffer_dtype(dtype: torch.dtype) -> None:
+    buffer = torch.zeros(5, dtype=dtype)
+    buffer[3:] = 1  # stale entries past the mask stay
+    write_mask(buffer, torch.tensor([True, False, True]))
+    assert buffer.dtype == dtype
+    assert buffer.to(torch.int64).tolist() == [1, 0, 1, 1, 1]
+
+
+B, U8, U16 = torch.bool, torch.uint8, torch.uint16
+
+
+@pytest.mark.parametrize(
+    ("mask", "buffer", "message"),
+    [
+        (torch.ones(3, dtype=B), torch.ones(3, dtype=torch.int32),
+         "torch.int32; a torch.bool mask is written as torch.bool or torch.uint8"),
+        (torch.ones(3, dtype=B), torch.ones(3), "torch.float32"),
+        (torch.ones(3, dtype=U16), torch.ones(3, dtype=U8), "written as torch.uint16$"),
+        (torch.ones(3, dtype=U8), torch.ones(3, dtype=B), "written as torch.uint8$"),
+        (torch.ones(3, dtype=B), torch.ones(2, dtype=U8), "holds 2 entries, the mask needs 3"),
+    ],
+)  # fmt: skip
+def test_write_mask_refuses_other_dtypes_and_short_buffers(
+    mask: torch.Tensor, buffer: torch.Tensor, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        write_mask(buffer, mask)
 
 
 def test_scatter_and_gather_between_packed_and_padded_rows() -> None:

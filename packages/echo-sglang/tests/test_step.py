@@ -25,13 +25,17 @@ STEPS, TOPK, N, B = 3, 3, 8, 4
 
 def _eagle_verify_input(
     sgl: SGLang, lists: tuple[list[Tensor], list[Tensor], list[Tensor]], root: Tensor,
-    seq_lens: Tensor, mode: TreeMaskMode,
+    seq_lens: Tensor, mode: TreeMaskMode, mask_dtype: torch.dtype = torch.bool,
 ) -> SimpleNamespace:  # fmt: skip
-    """What SGLang's EAGLE builds for this draft (organize + build_tree), as attributes."""
+    """What SGLang's EAGLE builds for this draft (organize + build_tree), as attributes.
+
+    ``mask_dtype``: SGLang's Triton backend preallocates its verify mask as uint8 (``VerifyMask``
+    in ``layers/attention/verify_mask.py``), other backends as bool.
+    """
     scores, tokens, parents = concat_draft_lists(*lists)
     selected = eagle2_selection(scores, N)
     size = int(seq_lens.sum()) * N + N * N * B if mode is TreeMaskMode.FULL_MASK else N * N * B
-    mask = torch.full((size + 13,), True, dtype=torch.bool)  # a preallocated, larger buffer
+    mask = torch.full((size + 13,), True, dtype=mask_dtype)  # a preallocated, larger buffer
     positions = torch.empty(B * N, dtype=torch.int64)
     index, next_token, next_sibling = torch.full((3, B, N), -1, dtype=torch.int64)
     sgl.build_tree(
@@ -46,12 +50,15 @@ def _eagle_verify_input(
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.uint8])
 @pytest.mark.parametrize("mode", [TreeMaskMode.FULL_MASK, TreeMaskMode.QLEN_ONLY])
-def test_echo_step_rewrites_eagle_verify_input_in_place(sgl: SGLang, mode: TreeMaskMode) -> None:
+def test_echo_step_rewrites_eagle_verify_input_in_place(
+    sgl: SGLang, mode: TreeMaskMode, mask_dtype: torch.dtype
+) -> None:
     gen = torch.Generator().manual_seed(int(mode))
     lists = eagle_draft(gen, B, STEPS, TOPK, vocab=32)
     root, seq_lens = torch.arange(B) + 40, torch.tensor([3, 9, 0, 5])
-    verify_input = _eagle_verify_input(sgl, lists, root, seq_lens, mode)
+    verify_input = _eagle_verify_input(sgl, lists, root, seq_lens, mode, mask_dtype)
     storage = {name: getattr(verify_input, name).data_ptr() for name in vars(verify_input)}
 
     config = resolve(EchoArgs(budget=12), EagleShape(STEPS, TOPK, N))
@@ -67,7 +74,8 @@ def test_echo_step_rewrites_eagle_verify_input_in_place(sgl: SGLang, mode: TreeM
     assert torch.equal(verify_input.draft_token, layout.draft_token)
     assert torch.equal(verify_input.retrieve_next_token, layout.retrive_next_token)
     mask = layout.custom_mask(mode)
-    assert torch.equal(verify_input.custom_mask[: mask.numel()], mask)
+    assert verify_input.custom_mask.dtype == mask_dtype
+    assert torch.equal(verify_input.custom_mask[: mask.numel()], mask.to(mask_dtype))  # 0/1
 
     # SGLang's verify kernel over the overwritten tensors accepts echo-core's reference path.
     tree = selection.tree

@@ -54,20 +54,26 @@ def max_nodes(tree: TreeBatch) -> int:
 def ancestor_mask(tree: TreeBatch) -> Tensor:
     """Dense ancestor-or-self mask: [N, max_nodes] bool, column j = request-local node j.
 
-    Built level by level: ``A[i] = A[parent(i)] | e_i``, O(max depth) tensor operations.
+    Built by walking every node up at once: ``a_0(i) = i``, ``a_{k+1}(i) = parent(a_k(i))``, and
+    ``A[i, local(a_k(i))] = 1`` while ``a_k(i)`` is a node; O(max depth) tensor operations and no
+    host syncs beyond ``max_nodes`` and ``max_depth``. Finished walks write into a spare column
+    ``max_nodes``, dropped at the end.
     """
     n, width = tree.num_nodes, max_nodes(tree)
-    mask = torch.zeros(n, width, dtype=torch.bool, device=tree.device)
+    dev = tree.device
+    mask = torch.zeros(n, width + 1, dtype=torch.bool, device=dev)
     if n == 0:
-        return mask
-    local = torch.arange(n, device=tree.device) - tree.cu_nodes[:-1][tree.request_index()]
+        return mask[:, :width]
+    rows = torch.arange(n, device=dev)
+    local = rows - tree.cu_nodes[:-1][tree.request_index()]
     gp = tree.global_parent()
-    for d in range(1, tree.max_depth() + 1):
-        level = (tree.depth == d).nonzero().squeeze(1)
-        if d > 1:
-            mask[level] = mask[gp[level]]
-        mask[level, local[level]] = True
-    return mask
+    cur = rows  # a_k(i), ROOT once the walk has left the tree
+    for _ in range(tree.max_depth()):
+        inside = cur >= 0
+        at = cur.clamp(min=0)
+        mask[rows, torch.where(inside, local[at], width)] = True
+        cur = torch.where(inside, gp[at], cur)
+    return mask[:, :width]
 
 
 def pack_bits(mask: Tensor) -> Tensor:
@@ -165,6 +171,30 @@ class SGLangVerifyLayout:
     num_tokens: Tensor  # [B] int64, n_b + 1 real tokens per request
 
 
+def _next_pointers(
+    parent_flat: Tensor,  # [N] int64, flat slot b * T + parent_slot of every node's parent
+    slot: Tensor,  # [N] int64, flat slot b * T + local + 1 of every node
+    me: Tensor,  # [N] int64, local slot (local + 1) of every node
+    b_size: int,
+    t: int,
+) -> tuple[Tensor, Tensor]:
+    """First-child and next-sibling pointers, [B, T] int64 each (local slots, NO_INDEX = none).
+
+    Children are ordered by node index: ``next_token[p]`` is the smallest child slot of p (a
+    scatter-min), and ``next_sibling[c]`` the next node after c, in node order, under the same
+    parent (neighbours in a stable sort by parent). Tensor ops only, no host syncs.
+    """
+    dev = parent_flat.device
+    first = torch.full((b_size * t,), t, dtype=torch.int64, device=dev)  # t: no child yet
+    first.scatter_reduce_(0, parent_flat, me, reduce="amin")
+    next_token = torch.where(first == t, NO_INDEX, first).view(b_size, t)
+    order = torch.sort(parent_flat, stable=True).indices
+    same = parent_flat[order[1:]] == parent_flat[order[:-1]]
+    sibling = torch.full((b_size * t,), NO_INDEX, dtype=torch.int64, device=dev)
+    sibling[slot[order[:-1]]] = torch.where(same, me[order[1:]], NO_INDEX)
+    return next_token, sibling.view(b_size, t)
+
+
 def to_sglang(
     tree: TreeBatch, root_token: Tensor, cache_len: Tensor, num_draft_tokens: int | None = None
 ) -> SGLangVerifyLayout:
@@ -192,14 +222,7 @@ def to_sglang(
     pos[slot] += tree.depth
     real = torch.arange(t, device=dev).unsqueeze(0) <= counts.unsqueeze(1)  # [B, T]
     index = torch.arange(b_size * t, device=dev).view(b_size, t)  # SGLang fills every slot
-    next_token = torch.full((b_size, t), NO_INDEX, dtype=torch.int64, device=dev)
-    next_sibling = torch.full((b_size, t), NO_INDEX, dtype=torch.int64, device=dev)
-    # Walk nodes in reverse so the earliest child ends up as first child, siblings in order.
-    parent_slot = tree.parent + 1
-    for i in range(tree.num_nodes - 1, -1, -1):
-        bi, ps, me = int(req[i]), int(parent_slot[i]), int(local[i]) + 1
-        next_sibling[bi, me] = next_token[bi, ps]
-        next_token[bi, ps] = me
+    next_token, next_sibling = _next_pointers(req * t + tree.parent + 1, slot, local + 1, b_size, t)
     mask = torch.zeros(b_size, t, t, dtype=torch.bool, device=dev)
     mask[:, :, 0] = real
     anc = ancestor_mask(tree)

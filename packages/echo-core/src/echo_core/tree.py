@@ -62,9 +62,10 @@ class TreeBatch:
         return self.cu_nodes[1:] - self.cu_nodes[:-1]
 
     def request_index(self) -> Tensor:
-        """Request of every node: [N] int64."""
+        """Request of every node: [N] int64 (``output_size`` spares CUDA a host sync)."""
         counts = self.nodes_per_request()
-        return torch.repeat_interleave(torch.arange(self.batch_size, device=self.device), counts)
+        rows = torch.arange(self.batch_size, device=self.device)
+        return torch.repeat_interleave(rows, counts, output_size=self.num_nodes)
 
     def global_parent(self) -> Tensor:
         """Parent as an index into the packed node arrays, ROOT kept: [N] int64."""
@@ -224,23 +225,24 @@ def select_nodes(pool: TreeBatch, keep: Tensor) -> TreeBatch:
         )
     req = pool.request_index()
     counts = torch.zeros(pool.batch_size, dtype=torch.int64, device=pool.device)
-    counts.index_add_(0, req[keep], torch.ones_like(req[keep]))
+    counts.index_add_(0, req, keep.to(torch.int64))
     cu = torch.zeros(pool.batch_size + 1, dtype=torch.int64, device=pool.device)
     cu[1:] = torch.cumsum(counts, 0)
+    kept = keep.nonzero().squeeze(1)  # the one host sync of the selection: its size
     # new global index of each kept node, then request-local parent = new(gp) - new start.
     new_global = torch.cumsum(keep.to(torch.int64), 0) - 1
-    kept_gp = gp[keep]
-    kept_req = req[keep]
+    kept_gp = gp[kept]
+    kept_req = req[kept]
     new_parent = torch.where(
         kept_gp >= 0, new_global[kept_gp.clamp(min=0)] - cu[:-1][kept_req], kept_gp
     )
     return TreeBatch(
         cu_nodes=cu,
-        token=pool.token[keep],
+        token=pool.token[kept],
         parent=new_parent,
-        depth=pool.depth[keep],
-        draft_logprob=pool.draft_logprob[keep],
-        path_logprob=pool.path_logprob[keep],
+        depth=pool.depth[kept],
+        draft_logprob=pool.draft_logprob[kept],
+        path_logprob=pool.path_logprob[kept],
     )
 
 

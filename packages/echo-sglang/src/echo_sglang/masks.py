@@ -12,6 +12,11 @@ SGLang's attention backends take the tree mask in one of three encodings (``Tree
 - ``QLEN_ONLY``: only the ``[q, q]`` blocks, flattened (fixed ``q = T``).
 - ``QLEN_ONLY_BITPACKING``: one integer per row, bit ``j`` set iff verify row ``j`` is visible;
   uint8 for ``T <= 8``, uint16 for ``T <= 16``, uint32 for ``T <= 32``.
+
+SGLang preallocates the buffer the mask is written into (``VerifyMask`` in
+``layers/attention/verify_mask.py``): bool for most backends, uint8 for the Triton backend (which
+reads it as 0/1 bytes). :func:`write_mask` writes the bool encodings in either dtype; the packed
+words only in their own dtype, since a cast would change their bits.
 """
 
 from __future__ import annotations
@@ -32,6 +37,9 @@ class TreeMaskMode(enum.IntEnum):
 
 BITPACK_DTYPES = ((8, torch.uint8), (16, torch.uint16), (32, torch.uint32))
 """Widest verify width each packed dtype holds, as SGLang picks them."""
+
+BOOL_BUFFER_DTYPES = (torch.bool, torch.uint8)
+"""Buffer dtypes a bool mask (FULL_MASK, QLEN_ONLY) is written in: True -> 1, False -> 0."""
 
 
 def full_mask(
@@ -95,3 +103,23 @@ def encode_mask(mode: TreeMaskMode | int, tree_mask: Tensor, prefix_len: Tensor)
     b, t, _ = tree_mask.shape
     cu = torch.arange(b + 1, device=tree_mask.device, dtype=torch.int64) * t
     return full_mask(tree_mask.reshape(b * t, t), cu, prefix_len)[0]
+
+
+def write_mask(
+    buffer: Tensor,  # [M] bool or uint8 (bool modes), or the packed dtype; M >= mask.numel()
+    mask: Tensor,  # [m] bool, or [B * T] uint8/16/32 (QLEN_ONLY_BITPACKING)
+) -> None:
+    """``buffer[:m] = mask`` in the buffer's dtype: bool masks as bool or 0/1 uint8, packed masks
+    only into their own dtype; any other dtype, or a buffer shorter than the mask, raises."""
+    allowed = BOOL_BUFFER_DTYPES if mask.dtype == torch.bool else (mask.dtype,)
+    if buffer.dtype not in allowed:
+        names = " or ".join(str(d) for d in allowed)
+        raise ValueError(
+            f"custom_mask buffer is {buffer.dtype}; a {mask.dtype} mask is written as {names}"
+        )
+    flat = buffer.view(-1)
+    if flat.numel() < mask.numel():
+        raise ValueError(
+            f"custom_mask buffer holds {flat.numel()} entries, the mask needs {mask.numel()}"
+        )
+    flat[: mask.numel()].copy_(mask)

@@ -25,7 +25,7 @@ from torch import Tensor
 from echo_scheduler.interface import StepBatch
 from echo_sglang.config import EchoConfig
 from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
-from echo_sglang.masks import TreeMaskMode
+from echo_sglang.masks import TreeMaskMode, write_mask
 from echo_sglang.padded import PaddedVerifyInput, padded_verify_input
 from echo_sglang.selection import PoolReplay, Selection
 
@@ -79,7 +79,8 @@ def overwrite_verify_input(
     """Copy ``layout`` into SGLang's ``EagleVerifyInput`` tensors in place.
 
     The shapes are EAGLE's (same ``T``, same batch); the mask is encoded in ``mask_mode`` and
-    written over the front of ``custom_mask``, which may be a larger preallocated buffer.
+    written over the front of ``custom_mask``, which may be a larger preallocated buffer, in that
+    buffer's dtype (bool, or 0/1 uint8 for the bool encodings: :func:`~.masks.write_mask`).
     """
     for ours, theirs in VERIFY_FIELDS:
         dst: Tensor = getattr(verify_input, ours)
@@ -90,12 +91,7 @@ def overwrite_verify_input(
                 f"{tuple(src.shape)}: the verify width must stay --speculative-num-draft-tokens"
             )
         dst.copy_(src)
-    mask = layout.custom_mask(mask_mode)
-    buffer: Tensor = verify_input.custom_mask
-    flat = buffer.view(-1)
-    if flat.numel() < mask.numel() or buffer.dtype != mask.dtype:
-        raise ValueError(
-            f"custom_mask buffer ({flat.numel()} x {buffer.dtype}) cannot hold ECHO's mask "
-            f"({mask.numel()} x {mask.dtype}) in mode {TreeMaskMode(int(mask_mode)).name}"
-        )
-    flat[: mask.numel()].copy_(mask)
+    try:
+        write_mask(verify_input.custom_mask, layout.custom_mask(mask_mode))
+    except ValueError as exc:
+        raise ValueError(f"{exc} (mask mode {TreeMaskMode(int(mask_mode)).name})") from exc

@@ -1,0 +1,57 @@
+"""Host syncs of one plugin step (plan + overwrite): a budget that batch and tree width never grow.
+
+On CUDA every counted call (echo_core.testing.HostSyncCounter) stalls the CPU until the GPU has
+caught up. The policy is replayed depth by depth (selection.PoolReplay), so the count grows with
+the number of draft steps S, by at most ``SYNCS_PER_DEPTH`` each; it must not grow with the batch
+B, the top-k or the verify width N. The padded layout used to sync three times per node (about
+2,200 times per step at B = 48, S = 4, k = 4, N = 16).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from echo_core.testing import HostSyncCounter
+from echo_sglang.args import EchoArgs
+from echo_sglang.config import EagleShape, resolve
+from echo_sglang.masks import TreeMaskMode
+from echo_sglang.step import EchoStep, overwrite_verify_input
+
+from .synthetic_pool import eagle_draft
+
+SYNCS_PER_DEPTH = 25
+SYNCS_PER_STEP = 15
+"""Budget of one step with S draft steps: ``SYNCS_PER_DEPTH * S + SYNCS_PER_STEP``."""
+
+SHAPES = [(3, 2, 8), (3, 4, 16), (4, 4, 16), (4, 8, 32)]
+"""(S, k, N) of EAGLE's draft: two widths at each depth."""
+
+
+def _step_syncs(steps: int, topk: int, n: int, batch: int) -> HostSyncCounter:
+    gen = torch.Generator().manual_seed(steps * 100 + batch)
+    lists = eagle_draft(gen, batch, steps, topk, vocab=32)
+    root, seq_lens = torch.arange(batch) + 7, torch.arange(batch) % 5 + 1
+    verify_input = SimpleNamespace(
+        draft_token=torch.zeros(batch * n, dtype=torch.int64),
+        positions=torch.zeros(batch * n, dtype=torch.int64),
+        retrieve_index=torch.zeros(batch, n, dtype=torch.int64),
+        retrieve_next_token=torch.zeros(batch, n, dtype=torch.int64),
+        retrieve_next_sibling=torch.zeros(batch, n, dtype=torch.int64),
+        custom_mask=torch.zeros(batch * n * (n + 5), dtype=torch.uint8),  # Triton's buffer
+    )
+    step = EchoStep(resolve(EchoArgs(), EagleShape(steps, topk, n)))
+    step.plan(*lists, root, seq_lens)  # the first step warms the policy's state up
+    with HostSyncCounter() as syncs:
+        _, layout = step.plan(*lists, root, seq_lens)
+        overwrite_verify_input(verify_input, layout, TreeMaskMode.FULL_MASK)
+    return syncs
+
+
+def test_step_syncs_depend_on_draft_depth_only() -> None:
+    totals = {(s, k, n, b): _step_syncs(s, k, n, b).total for s, k, n in SHAPES for b in (8, 48)}
+    for s in {s for s, _, _ in SHAPES}:
+        at_depth = {v for (d, _, _, _), v in totals.items() if d == s}
+        assert len(at_depth) == 1, totals  # the same for every batch size and width
+        assert at_depth.pop() <= SYNCS_PER_DEPTH * s + SYNCS_PER_STEP, totals
