@@ -5,7 +5,7 @@ PACKAGES := echo-proto echo-controller echo-core echo-gating echo-scheduler echo
 STAMP := $(VENV)/.echo-setup-stamp
 SETUP_INPUTS := scripts/setup.sh scripts/requirements-dev.txt $(wildcard packages/*/pyproject.toml)
 
-.PHONY: setup run test lint typecheck proto proto-check pytest format
+.PHONY: setup run test lint typecheck proto proto-check pytest format gpu-check-dry
 
 $(STAMP): $(SETUP_INPUTS)
 	bash scripts/setup.sh
@@ -18,7 +18,7 @@ run: $(STAMP)
 	$(PY) -m echo_server.cli demo
 
 ## Everything CI checks: lint, types per package, generated code, tests.
-test: lint typecheck proto-check pytest
+test: lint typecheck proto-check pytest gpu-check-dry
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -40,6 +40,10 @@ proto: $(STAMP)
 
 proto-check: $(STAMP)
 	$(PY) scripts/gen_proto.py --check
+
+## scripts/gpu_check.sh's dry run: collects the GPU tier, imports, tiny engine + attention on the CPU.
+gpu-check-dry: $(STAMP)
+	PYTHON=$(PY) bash scripts/gpu_check.sh --dry-run
 
 pytest: $(STAMP)
 	$(PY) -m pytest -m "not gpu" -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc

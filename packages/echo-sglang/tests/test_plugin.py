@@ -40,6 +40,7 @@ def _server_args(**overrides: Any) -> SimpleNamespace:
         "max_running_requests": None,
         "disable_overlap_schedule": False,
         "enable_mixed_chunk": True,
+        "attention_backend": "triton",
     }
     fields.update(overrides)
     return SimpleNamespace(**fields)
@@ -123,3 +124,42 @@ def test_sglang_parser_takes_the_echo_flags(registered: Any) -> None:
                                "--speculative-echo-verify", "ragged"])  # fmt: skip
     with pytest.raises(PluginConfigError, match="only apply with --speculative-algorithm ECHO"):
         server_args_cls.from_cli_args(eagle)
+
+
+def _real_server_args(*extra: str) -> Any:
+    """SGLang's own ``ServerArgs`` from its own parser (hooks applied: ECHO's flags exported)."""
+    server_args_cls = importlib.import_module("sglang.srt.server_args").ServerArgs
+    parser = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
+    server_args_cls.add_cli_args(parser)
+    argv = ["--model-path", "/models/target", "--speculative-algorithm", "ECHO",
+            "--speculative-draft-model-path", "/models/eagle3-head",
+            "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+            "--speculative-num-draft-tokens", "9"]  # fmt: skip
+    return server_args_cls.from_cli_args(parser.parse_args([*argv, *extra]))
+
+
+@pytest.mark.parametrize("backend", ["triton", "flashinfer", "fa3"])
+def test_supported_attention_backends_pass_validation(registered: Any, backend: str) -> None:
+    server_args = _real_server_args("--attention-backend", backend)
+    registered.from_string(ALGORITHM).validate_server_args(server_args)
+    assert current_args() == EchoArgs()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ((), "needs --attention-backend set explicitly"),
+        (("--attention-backend", "trtllm_mha"), "--attention-backend trtllm_mha"),
+        (("--attention-backend", "torch_native"), "only on triton, flashinfer, fa3"),
+        (
+            ("--attention-backend", "triton", "--decode-attention-backend", "flashmla"),
+            "--decode-attention-backend flashmla",
+        ),
+    ],
+)
+def test_unsupported_attention_backends_are_refused_with_the_reason(
+    registered: Any, flags: tuple[str, ...], message: str
+) -> None:
+    server_args = _real_server_args(*flags)
+    with pytest.raises(PluginConfigError, match=message):
+        registered.from_string(ALGORITHM).validate_server_args(server_args)

@@ -22,6 +22,7 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
 from echo_sglang.args import EchoArgs, PluginConfigError, current_args, export_args
+from echo_sglang.backends import attention_backend_problem
 from echo_sglang.config import EagleShape, EchoConfig, resolve
 
 logger = logging.getLogger(__name__)
@@ -96,6 +97,9 @@ def validate_server_args(server_args: Any) -> None:
             raise PluginConfigError(f"ECHO does not support {flag}")
     if getattr(server_args, "pp_size", 1) != 1:
         raise PluginConfigError("ECHO does not support pipeline parallelism (--pp-size > 1) yet")
+    backend_problem = attention_backend_problem(server_args)
+    if backend_problem is not None:
+        raise PluginConfigError(backend_problem)
     if server_args.speculative_draft_model_path is None:
         raise PluginConfigError(
             "ECHO drafts with an EAGLE head: set --speculative-draft-model-path"

@@ -6,6 +6,9 @@
 - ``smollm2-135m-eagle.confidence.png``: per-depth confidence histograms from the calibration;
 - ``smollm2-135m-eagle-ngram.gate.json`` / ``.confidence.png``: the same for the head in union
   with prompt lookup (``echo-sd calibrate --with-ngram``, drafting/mixture.py);
+- ``<gate>.dense.gate.json`` / ``<gate>.fixed.gate.json`` beside each gate: the paper's two
+  ablations (a gate at every depth; one threshold for all depths), calibrated by the same
+  ``echo-sd calibrate`` run from the same warm-up records, acceptance maps included;
 - ``DATA_CARD.md``: the training data, steps, wall time and measured quality.
 """
 
@@ -20,3 +23,10 @@ DEFAULT_HISTOGRAM = ASSETS / "smollm2-135m-eagle.confidence.png"
 MIXTURE_GATE = ASSETS / "smollm2-135m-eagle-ngram.gate.json"
 MIXTURE_HISTOGRAM = ASSETS / "smollm2-135m-eagle-ngram.confidence.png"
 DATA_CARD = ASSETS / "DATA_CARD.md"
+
+
+def ablation_gate(gate: Path, mode: str) -> Path:
+    """Where the ``mode`` ablation (``dense`` or ``fixed``) of ``gate`` lives:
+    ``X.gate.json`` -> ``X.<mode>.gate.json`` (written by the same ``echo-sd calibrate`` run)."""
+    stem = gate.name.removesuffix(".json").removesuffix(".gate")
+    return gate.with_name(f"{stem}.{mode}.gate.json")

@@ -13,7 +13,7 @@ from echo_gating.policy import GateMode, GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.interface import Policy
 from echo_scheduler.policies import make_policy
-from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD, MIXTURE_GATE
+from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD, MIXTURE_GATE, ablation_gate
 from echo_server.drafting import NgramDrafter, NullDrafter
 from echo_server.drafting.base import Drafter
 from echo_server.drafting.eagle_drafter import eagle_drafter_for
@@ -38,6 +38,7 @@ DRAFTER_CHOICES = ("auto", "eagle", "ngram", "eagle+ngram")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FIXED_THRESHOLD = 0.3
 """Threshold of the one-threshold ablation when no calibrated policy is given."""
+ABLATION_MODES = {"echo_dense": GateMode.DENSE, "echo_fixed": GateMode.FIXED}
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -105,14 +106,20 @@ def policy_name(cli_name: str) -> str:
 
 
 def gate_for(name: str, gate_file: Path | None, max_depth: int) -> GatePolicy | None:
-    """The GatePolicy a policy runs with: the calibrated file, or the ablation's default."""
+    """The GatePolicy a policy runs with: the calibrated file; for the ablations, the file if it
+    has their mode, else its calibrated sibling (:func:`~echo_server.assets.ablation_gate`: same
+    warm-up records, maps included), else the uncalibrated default (``FIXED_THRESHOLD`` at every
+    depth, no maps: logged, since it is not the paper's ablation)."""
     gate = GatePolicy.load(gate_file) if gate_file is not None else None
-    if name == "echo_fixed" and (gate is None or gate.mode is not GateMode.FIXED):
+    mode = ABLATION_MODES.get(name)
+    if mode is None or (gate is not None and gate.mode is mode):
+        return gate
+    if gate_file is not None and ablation_gate(gate_file, mode.value).is_file():
+        return GatePolicy.load(ablation_gate(gate_file, mode.value))
+    log.warning("ablation_gate_uncalibrated", policy=name, threshold=FIXED_THRESHOLD)
+    if mode is GateMode.FIXED:
         return GatePolicy.fixed(FIXED_THRESHOLD, max_depth)
-    if name == "echo_dense" and (gate is None or gate.mode is not GateMode.DENSE):
-        thresholds = {d: FIXED_THRESHOLD for d in range(1, max_depth + 1)}
-        return GatePolicy.dense(thresholds)
-    return gate
+    return GatePolicy.dense(dict.fromkeys(range(1, max_depth + 1), FIXED_THRESHOLD))
 
 
 def drafter_name(args: argparse.Namespace) -> str:
