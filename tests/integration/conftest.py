@@ -12,12 +12,14 @@ import ipaddress
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -26,6 +28,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]  # no stubs
+
+from echo_proto.serving.v1 import serving_pb2 as spb
 
 START_DEADLINE_S = 240.0  # three model loads on two busy cores
 TOKEN = "integration-token"
@@ -40,6 +44,13 @@ class Certs:
     client_cert: Path
     client_key: Path
     token_file: Path
+
+    def ssl_context(self, client_cert: bool = True) -> ssl.SSLContext:
+        """An HTTPS client context trusting the test CA (with the client certificate)."""
+        context = ssl.create_default_context(cafile=str(self.ca))
+        if client_cert:
+            context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
 
     def channel_credentials(self, client_cert: bool = True) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
@@ -138,6 +149,7 @@ class Proc:
     popen: subprocess.Popen[bytes]
     grpc_port: int = 0
     metrics_port: int = 0
+    health_port: int = 0
 
     def wait_ready(self, credentials: grpc.ChannelCredentials | None) -> None:
         """Poll for the ready file, then the health check, within START_DEADLINE_S."""
@@ -149,6 +161,7 @@ class Proc:
             time.sleep(0.1)
         ports = json.loads(self.ready.read_text())
         self.grpc_port, self.metrics_port = ports["grpc_port"], ports["metrics_port"]
+        self.health_port = ports.get("health_port", 0)
         wait_healthy(self.target, credentials, deadline)
 
     @property
@@ -173,11 +186,17 @@ class Proc:
                 self.popen.kill()
                 self.popen.wait(timeout=30)
 
-    def metrics(self) -> dict[str, float]:
-        """The process's Prometheus samples, ``name{labels}`` -> value."""
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
-        ) as r:
+    def metrics(
+        self, context: ssl.SSLContext | None = None, token: str | None = None
+    ) -> dict[str, float]:
+        """The process's Prometheus samples, ``name{labels}`` -> value (over HTTPS with
+        ``context``, with ``token`` as the bearer token)."""
+        scheme = "https" if context is not None else "http"
+        request = urllib.request.Request(
+            f"{scheme}://127.0.0.1:{self.metrics_port}/metrics",
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+        )
+        with urllib.request.urlopen(request, timeout=10, context=context) as r:
             text = r.read().decode()
         out = {}
         for line in text.splitlines():
@@ -185,6 +204,27 @@ class Proc:
                 key, _, value = line.rpartition(" ")
                 out[key] = float(value)
         return out
+
+
+def budget_sample(
+    stubs: list[Any], metadata: tuple[tuple[str, str], ...], timeout: float
+) -> int | None:
+    """The sum of the nodes' effective K at one instant, or None when it cannot be known.
+
+    Double collect: read every node's (lease epoch, K), then read them all again. A node whose
+    pair did not change between its two reads held that K throughout; every first read precedes
+    every second read, so when no pair changed all the Ks held at once (between the rounds) and
+    their sum is a true simultaneous sum. A changed pair makes the sample None (not a guess)."""
+
+    def read() -> list[tuple[int, int]]:
+        out = []
+        for stub in stubs:
+            stats = stub.GetStats(spb.GetStatsRequest(), metadata=metadata, timeout=timeout)
+            out.append((stats.lease_epoch, stats.budget_k))
+        return out
+
+    first, second = read(), read()
+    return sum(k for _, k in first) if first == second else None
 
 
 def spawn(name: str, args: list[str], work: Path) -> Proc:

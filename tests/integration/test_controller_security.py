@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def controller(certs: Certs, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         "--tls-client-ca", str(certs.ca),
         "--token-file", str(certs.token_file),
         "--metrics-listen", "127.0.0.1:0",
+        "--metrics-auth", "server",
+        "--health-listen", "127.0.0.1:0",
     ]  # fmt: skip
     proc = launch("controller", args, work, certs.channel_credentials())
     yield proc
@@ -62,7 +65,49 @@ def test_clients_without_certificate_or_token_are_refused(controller: Proc, cert
     wrong = (("authorization", "Bearer nope"),)
     assert _register(controller, full, wrong) == grpc.StatusCode.UNAUTHENTICATED
     assert _register(controller, full, AUTH) == grpc.StatusCode.OK
-    assert controller.metrics()['echo_controller_calls_refused_total{code="UNAUTHENTICATED"}'] >= 2
+    metrics = controller.metrics(certs.ssl_context(), TOKEN)
+    assert metrics['echo_controller_calls_refused_total{code="UNAUTHENTICATED"}'] >= 2
+
+
+def test_metrics_need_the_servers_tls_client_certificate_and_token(
+    controller: Proc, certs: Certs
+) -> None:
+    for context in (None, certs.ssl_context(client_cert=False)):  # plain HTTP; no client cert
+        with pytest.raises((ConnectionError, urllib.error.URLError)) as refused:
+            controller.metrics(context, TOKEN)
+        assert not isinstance(refused.value, urllib.error.HTTPError)  # refused before HTTP
+    with pytest.raises(urllib.error.HTTPError) as no_token:
+        controller.metrics(certs.ssl_context())
+    assert no_token.value.code == 401
+    no_token.value.close()  # it holds the response's socket
+    assert "echo_controller_nodes" in controller.metrics(certs.ssl_context(), TOKEN)
+
+
+def test_probes_without_a_client_certificate_use_the_health_only_port(
+    controller: Proc, certs: Certs
+) -> None:
+    assert controller.health_port > 0
+    with open_channel(f"127.0.0.1:{controller.health_port}", None) as channel:
+        reply = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=T
+        )
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as other:
+            budget_pb2_grpc.BudgetControllerStub(channel).RegisterNode(
+                bpb.RegisterNodeRequest(node_id="probe"), metadata=AUTH, timeout=T
+            )
+    assert other.value.code() == grpc.StatusCode.UNIMPLEMENTED  # health only
+
+
+def test_without_a_token_unknown_methods_are_unauthenticated(
+    controller: Proc, certs: Certs
+) -> None:
+    secret = "/echo_proto.budget.v1.BudgetController/Secret"
+    with open_channel(controller.target, certs.channel_credentials()) as channel:
+        call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(secret)
+        with pytest.raises(grpc.RpcError) as info:
+            call(b"", timeout=T)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 def test_health_needs_no_token_but_still_the_certificate(controller: Proc, certs: Certs) -> None:

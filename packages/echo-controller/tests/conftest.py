@@ -47,11 +47,14 @@ async def start_controller(
     incarnation: int = 1,
     token: str | None = None,
     calibration: PoolConfig | None = None,
+    quarantine: bool = False,
 ) -> InProcessController:
-    """A controller with ``calibration`` sharing (None: without it)."""
+    """A controller with ``calibration`` sharing (None: without it); ``quarantine``: grant
+    K = 0 for TTL + slack, as a restarted controller does."""
     running = await process.start_controller(
         ControllerConfig(ServerConfig("127.0.0.1:0", token=token), config, calibration),
         incarnation=incarnation,
+        quarantine=quarantine,
     )
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.server.port}")
     return InProcessController(running, channel, budget_pb2_grpc.BudgetControllerStub(channel))

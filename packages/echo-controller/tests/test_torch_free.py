@@ -88,7 +88,7 @@ SCRIPT = textwrap.dedent(
 
         lease = LeaseConfig(global_budget=6, ttl_ms=5000, report_interval_ms=1000)
         config = ControllerConfig(ServerConfig("127.0.0.1:0"), lease, calibration=None)
-        running = await start_controller(config, incarnation=1)
+        running = await start_controller(config, incarnation=1, quarantine=False)
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{running.server.port}") as ch:
                 stub = budget_pb2_grpc.BudgetControllerStub(ch)

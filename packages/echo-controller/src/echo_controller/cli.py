@@ -23,6 +23,7 @@ from typing import Any
 from echo_controller.calibration import CalibrationUnavailableError, PoolConfig
 from echo_controller.lease_table import LeaseConfig
 from echo_controller.logs import LEVELS, configure_logging
+from echo_controller.metrics_http import METRICS_AUTH
 from echo_controller.process import ControllerConfig, serve_controller
 from echo_controller.security import DEFAULT_MAX_MESSAGE_BYTES, ServerTls, read_token
 from echo_controller.server import ServerConfig
@@ -47,7 +48,20 @@ def add_server_options(p: argparse.ArgumentParser, default_listen: str) -> None:
         "--token-file", type=Path, default=None, help="require 'authorization: Bearer <token>'"
     )
     g.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES)
-    g.add_argument("--metrics-listen", default=None, help="host:port of /metrics (Prometheus)")
+    g.add_argument(
+        "--metrics-listen", default=None, help="host:port of /metrics (Prometheus; :port = local)"
+    )
+    g.add_argument(
+        "--metrics-auth",
+        choices=METRICS_AUTH,
+        default="auto",
+        help="server: the gRPC server's TLS, client CA and token; auto: server unless loopback",
+    )
+    g.add_argument(
+        "--health-listen",
+        default=None,
+        help="host:port of a plaintext health-only gRPC port for probes without a client cert",
+    )
     g.add_argument("--ready-file", type=Path, default=None, help="write bound ports here (JSON)")
     p.set_defaults(server_prog=p.prog)
 
@@ -59,7 +73,14 @@ def server_config(args: argparse.Namespace) -> ServerConfig:
     if args.tls_client_ca is not None and args.tls_cert is None:
         raise SystemExit(f"{prog}: --tls-client-ca (mTLS) needs --tls-cert and --tls-key")
     tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
-    return ServerConfig(args.listen, tls, read_token(args.token_file), args.max_message_bytes)
+    return ServerConfig(
+        args.listen,
+        tls,
+        read_token(args.token_file),
+        args.max_message_bytes,
+        health_listen=args.health_listen,
+        metrics_auth=args.metrics_auth,
+    )
 
 
 async def run_until_signalled(main: Any) -> int:

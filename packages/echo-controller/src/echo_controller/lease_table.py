@@ -19,6 +19,12 @@ when its last lease expires it is dropped and its budget goes to the others.
 
 Epochs are ``incarnation << 32 | counter``: the incarnation grows across controller restarts,
 so leases of a new controller always fence those of an old one.
+
+Restarts: a new controller does not know the leases its predecessor issued, and those may be in
+use for up to ``ttl + slack`` after it died. A table built with ``quarantine_until`` (the
+restarted process's start plus ``ttl + slack``) therefore grants only K = 0 until then: the sum
+of new leases plus any predecessor's live ones stays <= G. Nodes serve on with K = 0 meanwhile
+(the fallback of ``echo_server.grpc.lease_client``).
 """
 
 from __future__ import annotations
@@ -101,10 +107,14 @@ class _Node:
 class LeaseTable:
     """Nodes, leases and splits; every method takes ``now`` (monotonic seconds)."""
 
-    def __init__(self, config: LeaseConfig, incarnation: int) -> None:
+    def __init__(
+        self, config: LeaseConfig, incarnation: int, quarantine_until: float | None = None
+    ) -> None:
+        """``quarantine_until``: monotonic time before which every grant is 0 (module doc)."""
         if not 0 < incarnation < 1 << (64 - EPOCH_COUNTER_BITS):
             raise ValueError(f"incarnation must be in [1, 2^32), got {incarnation}")
         self.config = config
+        self.quarantine_until = quarantine_until
         self._epoch = incarnation << EPOCH_COUNTER_BITS
         self._nodes: dict[str, _Node] = {}
         self._orphans: dict[str, list[list[_Lease]]] = {}  # pool -> replaced registrations
@@ -152,8 +162,12 @@ class LeaseTable:
     # -- time --------------------------------------------------------------------------------
 
     def expire(self, now: float) -> tuple[list[str], list[LeaseGrant]]:
-        """Drop expired leases and dead nodes; returns the dropped ids and the leases to send."""
+        """Drop expired leases and dead nodes, end the quarantine; returns the dropped ids and the
+        leases to send."""
         changed: set[str] = set()
+        if self.quarantine_until is not None and now >= self.quarantine_until:
+            self.quarantine_until = None
+            changed |= {node.spec.pool_key for node in self._nodes.values()}
         for pool, groups in list(self._orphans.items()):
             kept = [g for g in ([x for x in g if x.expires > now] for g in groups) if g]
             if sum(map(len, kept)) != sum(map(len, groups)):
@@ -225,7 +239,8 @@ class LeaseTable:
                 key=lambda n: n.spec.node_id,
             )
             alive = [n for n in members if self._alive(n, now)]
-            budget = self.config.budget_of(pool)
+            quarantined = self.quarantine_until is not None and now < self.quarantine_until
+            budget = 0 if quarantined else self.config.budget_of(pool)
             targets = split_budget([n.curve for n in alive], [n.spec.k_max for n in alive], budget)
             total = _orphaned(self._orphans.get(pool, []), now) + sum(
                 _committed(n, now) for n in members

@@ -1,25 +1,17 @@
 """Prometheus metrics of the budget controller, and the helpers serving nodes share.
 
 The echo-server README's "gRPC control plane" section lists every metric. Each process serves
-its registry over HTTP (``--metrics-listen``); nothing is registered in prometheus-client's
-global registry, so several servers can live in one test process.
+its registry over HTTP(S) (``--metrics-listen``, :mod:`echo_controller.metrics_http`); nothing
+is registered in prometheus-client's global registry, so several servers can live in one test
+process.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
-
-
-def serve_metrics(registry: CollectorRegistry, address: str) -> WSGIServer:
-    """Serve ``registry`` at ``http://address/metrics`` (port 0 = any) from a daemon thread;
-    ``server.server_port`` is the bound port, ``server.shutdown()`` stops it."""
-    host, _, port = address.rpartition(":")
-    server, _ = start_http_server(int(port), addr=host or "127.0.0.1", registry=registry)
-    return server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 
 class ControllerMetrics:

@@ -3,6 +3,11 @@
 The incarnation (high half of every epoch) is the start time in seconds, or one more than the
 last one recorded in ``state_file`` if that is larger: epochs grow across restarts even when the
 clock does not, so a restarted controller's leases fence the old ones.
+
+A controller that may be a restart (its ``state_file`` records an earlier incarnation, or there
+is no state file to tell) grants K = 0 for ``ttl + slack`` after it starts, while its
+predecessor's leases may still be in use (:mod:`echo_controller.lease_table`). A first start
+with a fresh state file grants at once.
 """
 
 from __future__ import annotations
@@ -17,8 +22,14 @@ import structlog
 
 from echo_controller.calibration import PoolConfig, calibration_pool
 from echo_controller.lease_table import LeaseConfig, LeaseTable
-from echo_controller.metrics import ControllerMetrics, serve_metrics
-from echo_controller.server import GrpcServer, ServerConfig, start_server, write_ready_file
+from echo_controller.metrics import ControllerMetrics
+from echo_controller.server import (
+    GrpcServer,
+    ServerConfig,
+    start_metrics,
+    start_server,
+    write_ready_file,
+)
 from echo_controller.service import SERVICE_NAME, BudgetControllerService
 from echo_proto.budget.v1 import budget_pb2_grpc
 
@@ -68,25 +79,30 @@ def next_incarnation(state_file: Path | None, now_s: float) -> int:
 
 
 async def start_controller(
-    config: ControllerConfig, incarnation: int | None = None
+    config: ControllerConfig, incarnation: int | None = None, quarantine: bool | None = None
 ) -> RunningController:
-    """Bind and start (``incarnation``: None = from the clock and ``state_file``).
+    """Bind and start (``incarnation``: None = from the clock and ``state_file``; ``quarantine``:
+    None = unless the state file shows a first start, module docstring).
 
     Raises :class:`~echo_controller.calibration.CalibrationUnavailableError` before anything is
     bound or written when calibration sharing is enabled without echo-gating."""
     pool = calibration_pool(config.calibration) if config.calibration is not None else None
     metrics = ControllerMetrics()
+    if quarantine is None:
+        quarantine = config.state_file is None or config.state_file.is_file()
     if incarnation is None:
         incarnation = next_incarnation(config.state_file, time.time())
-    table = LeaseTable(config.lease, incarnation)
+    lease = config.lease
+    until = time.monotonic() + (lease.ttl_ms + lease.slack_ms) / 1000 if quarantine else None
+    table = LeaseTable(lease, incarnation, quarantine_until=until)
     service = BudgetControllerService(table, pool, metrics)
     server = await start_server(
         config.server,
         lambda s: budget_pb2_grpc.add_BudgetControllerServicer_to_server(service, s),
         [SERVICE_NAME],
-        on_refused=lambda _method: metrics.refused.labels("UNAUTHENTICATED").inc(),
+        on_refused=lambda code: metrics.refused.labels(code).inc(),
     )
-    http = serve_metrics(metrics.registry, config.metrics_listen) if config.metrics_listen else None
+    http = start_metrics(metrics.registry, config.metrics_listen, config.server)
     period_s = min(config.lease.ttl_ms, config.lease.report_interval_ms) / 4000
     expiry = asyncio.create_task(service.expire_loop(period_s))
     return RunningController(server, service, metrics, incarnation, expiry, http)
@@ -98,12 +114,14 @@ async def serve_controller(config: ControllerConfig, stop: asyncio.Event) -> Non
     ports = {
         "grpc_port": running.server.port,
         "metrics_port": running.http.server_port if running.http else 0,
+        "health_port": running.server.health_port,
     }
     if config.ready_file is not None:
         write_ready_file(config.ready_file, **ports)
     log.info(
         "controller_serving",
         incarnation=running.incarnation,
+        quarantine_s=max(0.0, (running.service.table.quarantine_until or 0) - time.monotonic()),
         calibration=running.service.calibration is not None,
         **ports,
     )

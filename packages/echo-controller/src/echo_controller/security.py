@@ -3,11 +3,14 @@
 - TLS: the server presents ``cert``/``key``; with ``client_ca`` it requires client certificates
   signed by that CA (mTLS). Clients trust ``ca`` and present their own ``cert``/``key`` for mTLS.
 - Bearer token: :class:`BearerTokenInterceptor` refuses calls whose ``authorization`` metadata
-  is not ``Bearer <token>`` with UNAUTHENTICATED (constant-time comparison). The standard health
-  service stays open so that probes need no secret. Tokens are read from a file, never from the
-  command line (where ``ps`` would show them).
-- Limits: both directions capped at ``max_message_bytes``; larger messages fail with
-  RESOURCE_EXHAUSTED inside gRPC before any handler runs.
+  is not ``Bearer <token>`` with UNAUTHENTICATED (constant-time comparison), before the method is
+  looked up: an unknown method without a token is UNAUTHENTICATED too, never UNIMPLEMENTED, so a
+  caller without the token learns nothing about which methods exist, and its bytes are never
+  parsed. The standard health service stays open so that probes need no secret (under mTLS
+  they still need a client certificate: see ``--health-listen``). Tokens are read from a file,
+  never from the command line (where ``ps`` would show them).
+- Limits: both directions capped at ``max_message_bytes``; larger requests are refused with
+  RESOURCE_EXHAUSTED and counted (:mod:`echo_controller.message_guard`).
 """
 
 from __future__ import annotations
@@ -73,12 +76,17 @@ def auth_metadata(token: str | None) -> Metadata:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-def message_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    """Channel/server options: size limits, and no silent port sharing between servers."""
+def message_options(
+    max_message_bytes: int, receive_limit: int | None = None
+) -> list[tuple[str, int]]:
+    """Channel/server options: size limits, and no silent port sharing between servers.
+
+    ``receive_limit`` (default ``max_message_bytes``) is the core's receive cap; a server sets
+    it higher so that its message guard sees, refuses and counts oversized requests."""
     if max_message_bytes < 1024:
         raise ValueError(f"max_message_bytes must be >= 1024, got {max_message_bytes}")
     return [
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", receive_limit or max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.so_reuseport", 0),
     ]
@@ -110,7 +118,8 @@ def open_channel(
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses every call without ``authorization: Bearer <token>`` (health checks excepted)."""
+    """Refuses every call without ``authorization: Bearer <token>`` (health checks excepted),
+    known method or not; ``on_refused`` gets the status code name of each refusal."""
 
     def __init__(self, token: str, on_refused: Callable[[str], None] | None = None) -> None:
         self._expected = f"Bearer {token}".encode()
@@ -127,10 +136,10 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         if method.startswith(HEALTH_PREFIX) or self._authorized(handler_call_details):
             return await continuation(handler_call_details)
         if self._on_refused is not None:
-            self._on_refused(method)
+            self._on_refused(grpc.StatusCode.UNAUTHENTICATED.name)
+        # The handler's kind only, so that a streaming client sees the status; an unknown
+        # method gets a unary refusal. The request bytes are never deserialized.
         handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
         return _refusal(handler)
 
     def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
@@ -145,16 +154,14 @@ async def _refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> 
     await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
 
 
-def _refusal(handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
-    """A handler of the same kind as ``handler`` that refuses the call."""
+def _refusal(handler: grpc.RpcMethodHandler[Any, Any] | None) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler of the same kind as ``handler`` (unary without one) that refuses the call."""
+    if handler is None:
+        return grpc.unary_unary_rpc_method_handler(_refuse)
     make = {
         (False, False): grpc.unary_unary_rpc_method_handler,
         (False, True): grpc.unary_stream_rpc_method_handler,
         (True, False): grpc.stream_unary_rpc_method_handler,
         (True, True): grpc.stream_stream_rpc_method_handler,
     }[(handler.request_streaming, handler.response_streaming)]
-    return make(
-        _refuse,
-        request_deserializer=handler.request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+    return make(_refuse)

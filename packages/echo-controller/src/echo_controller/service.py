@@ -3,11 +3,14 @@
 The table holds the split and its invariant; this module speaks gRPC: it validates messages
 (:mod:`.convert`), maps the table's errors to status codes (NOT_FOUND for an unknown node,
 FAILED_PRECONDITION for a replaced registration, INVALID_ARGUMENT naming the field), pushes new
-leases to the nodes' WatchPolicy streams, expires silent nodes (:meth:`expire_loop`), and runs
-calibration sharing when it has a pool: pooled warm-up records, recalibration off the event loop
-when a node reports drift, the new GatePolicy version in the next leases of that model pair (its
-JSON sent once per stream). Without a pool (:mod:`.calibration`: it needs echo-gating) reports'
-records and drift advice are ignored and leases carry no gate policy version.
+leases to the nodes' WatchPolicy streams (ended with FAILED_PRECONDITION when another
+registration of the node id replaced theirs, NOT_FOUND when the node expired or deregistered:
+a node backs off only on the former, an id conflict), expires silent nodes
+(:meth:`expire_loop`), and runs calibration sharing when it has a pool: pooled warm-up records,
+recalibration off the event loop when a node reports drift, the new GatePolicy version in the
+next leases of that model pair (its JSON sent once per stream). Without a pool
+(:mod:`.calibration`: it needs echo-gating) reports' records and drift advice are ignored and
+leases carry no gate policy version.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import grpc
@@ -40,7 +44,18 @@ if TYPE_CHECKING:  # the pool needs echo-gating: imported only where it is built
 log = structlog.get_logger(__name__)
 
 SERVICE_NAME = bpb.DESCRIPTOR.services_by_name["BudgetController"].full_name
-_CLOSED = None  # queued to a watcher whose registration ended
+
+
+@dataclass(frozen=True, slots=True)
+class _Closed:
+    """Queued to a watcher whose registration ended: the status its stream ends with."""
+
+    code: grpc.StatusCode
+    reason: str
+
+
+_REPLACED = _Closed(grpc.StatusCode.FAILED_PRECONDITION, "registration replaced")
+_ENDED = _Closed(grpc.StatusCode.NOT_FOUND, "registration ended (register again)")
 
 
 class BudgetControllerService(budget_pb2_grpc.BudgetControllerServicer):
@@ -57,7 +72,7 @@ class BudgetControllerService(budget_pb2_grpc.BudgetControllerServicer):
             metrics,
             clock,
         )
-        self._watchers: dict[str, set[asyncio.Queue[LeaseGrant | None]]] = {}
+        self._watchers: dict[str, set[asyncio.Queue[LeaseGrant | _Closed]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def RegisterNode(  # noqa: N802 (gRPC method name)
@@ -69,7 +84,10 @@ class BudgetControllerService(budget_pb2_grpc.BudgetControllerServicer):
             spec = convert.node_spec(request)
         except FieldError as exc:
             await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, exc)
-        self._close_watchers(spec.node_id)  # a replaced registration's streams end
+        if any(known.node_id == spec.node_id for known in self.table.nodes()):
+            # a restarted node, or two processes with one id (each backs off; see lease_client)
+            log.warning("node_registration_replaced", node_id=spec.node_id, pool=spec.pool_key)
+        self._close_watchers(spec.node_id, _REPLACED)  # a replaced registration's streams end
         registration, grants = self.table.register(spec, self._clock())
         own = next(g for g in grants if g.node_id == spec.node_id)
         self._publish(grants)
@@ -127,17 +145,17 @@ class BudgetControllerService(budget_pb2_grpc.BudgetControllerServicer):
             spec = self.table.check(request.node_id, request.registration_epoch)
         except ControlPlaneError as exc:
             await self._refuse(context, _code(exc), exc)
-        queue: asyncio.Queue[LeaseGrant | None] = asyncio.Queue()
+        queue: asyncio.Queue[LeaseGrant | _Closed] = asyncio.Queue()
         self._watchers.setdefault(spec.node_id, set()).add(queue)
         sent: set[str] = set()  # gate policy versions this stream has carried
         try:
             current = self.table.current(spec.node_id)
             if current is not None:
                 yield self._watch_message(current, sent)
-            while (grant := await queue.get()) is not _CLOSED:
+            while not isinstance(grant := await queue.get(), _Closed):
                 yield self._watch_message(grant, sent)
-            ended = StaleRegistrationError(f"node {spec.node_id!r}: registration ended")
-            await self._refuse(context, grpc.StatusCode.FAILED_PRECONDITION, ended)
+            ended = StaleRegistrationError(f"node {spec.node_id!r}: {grant.reason}")
+            await self._refuse(context, grant.code, ended)
         finally:
             self._watchers.get(spec.node_id, set()).discard(queue)
 
@@ -151,7 +169,7 @@ class BudgetControllerService(budget_pb2_grpc.BudgetControllerServicer):
         if request.node_id in known and request.node_id not in {
             s.node_id for s in self.table.nodes()
         }:
-            self._close_watchers(request.node_id)
+            self._close_watchers(request.node_id, _ENDED)
             log.info("node_deregistered", node_id=request.node_id)
         self._publish(grants)
         return bpb.DeregisterResponse()
@@ -168,7 +186,7 @@ class BudgetControllerService(budget_pb2_grpc.BudgetControllerServicer):
         dropped, grants = self.table.expire(self._clock())
         for node_id in dropped:
             log.info("node_expired", node_id=node_id)
-            self._close_watchers(node_id)
+            self._close_watchers(node_id, _ENDED)
             if self._metrics is not None:
                 self._metrics.expired.inc()
                 self._metrics.forget(node_id)
@@ -232,9 +250,9 @@ class BudgetControllerService(budget_pb2_grpc.BudgetControllerServicer):
             budgets = {pool: self.table.config.budget_of(pool) for pool in pools}
             self._metrics.on_state(self.table.committed(now), pools, budgets)
 
-    def _close_watchers(self, node_id: str) -> None:
+    def _close_watchers(self, node_id: str, closed: _Closed) -> None:
         for queue in self._watchers.pop(node_id, set()):
-            queue.put_nowait(_CLOSED)
+            queue.put_nowait(closed)
 
     async def _refuse(
         self, context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, exc: Exception

@@ -98,10 +98,14 @@ async def start_controller(
     *,
     listen: str = "127.0.0.1:0",
     incarnation: int = 1,
+    quarantine: bool = False,
 ) -> RunningController:
-    """An in-process budget controller (echo-controller) with calibration sharing."""
+    """An in-process budget controller (echo-controller) with calibration sharing;
+    ``quarantine``: grant K = 0 for TTL + slack, as a restarted controller does."""
     controller = ControllerConfig(ServerConfig(listen), config, PoolConfig())
-    return await process.start_controller(controller, incarnation=incarnation)
+    return await process.start_controller(
+        controller, incarnation=incarnation, quarantine=quarantine
+    )
 
 
 async def eventually(check: Callable[[], bool], deadline_s: float = 20.0) -> None:

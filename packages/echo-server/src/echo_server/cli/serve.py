@@ -1,4 +1,5 @@
-"""``echo-sd serve``: one serving node: the generation API over gRPC, following a controller.
+"""``echo-sd serve``: one serving node: the generation API over gRPC (and, with
+``--http-listen``, the OpenAI-compatible HTTP API beside it), following a controller.
 
 Example (a node of pool ``dp`` that takes its budget from a controller on port 7000)::
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,20 @@ from echo_server.grpc.node import NodeConfig, serve_node
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("serve", help="serve the generation API over gRPC (one node)")
-    p.add_argument("--node-id", default=None, help="unique node id (default: host/listen)")
+    p = sub.add_parser("serve", help="serve the generation API over gRPC and/or HTTP (one node)")
+    p.add_argument(
+        "--node-id", default=None, help="unique node id (default: hostname/host:bound port)"
+    )
     p.add_argument("--policy", choices=POLICY_CHOICES, default="echo")
     p.add_argument("--max-waiting", type=int, default=32, help="queue beyond the batch")
     p.add_argument("--default-max-tokens", type=int, default=128)
     p.add_argument("--max-tokens-limit", type=int, default=2048)
     p.add_argument("--grace-s", type=float, default=10.0, help="shutdown grace period")
     add_server_options(p, "127.0.0.1:50051")
+    h = p.add_argument_group("OpenAI-compatible HTTP API (same engine, token and TLS as gRPC)")
+    h.add_argument("--http-listen", default=None, help="host:port of the HTTP API (default: off)")
+    h.add_argument("--no-grpc", action="store_true", help="serve only the HTTP API")
+    h.add_argument("--served-model-name", default=None, help="model id (default: the model's)")
     c = p.add_argument_group("budget controller")
     c.add_argument("--controller", default=None, help="host:port of the budget controller")
     c.add_argument("--pool", default="", help="nodes of one pool share its global budget")
@@ -43,11 +49,13 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.no_grpc and not args.http_listen:
+        raise SystemExit("echo-sd serve: --no-grpc needs --http-listen")
     loaded = load(args)
     engine = build_engine(loaded, args.policy, args)
     cost = engine.budget.local.cost
     identity = NodeIdentity(
-        node_id=args.node_id or f"{socket.gethostname()}/{args.listen}",
+        node_id=args.node_id or "",  # "": from the bound port (grpc.node_identity)
         k_max=engine.budget.local.budget(1),
         pool=args.pool,
         target=loaded.source.name,
@@ -75,5 +83,8 @@ def run(args: argparse.Namespace) -> int:
         controller=args.controller,
         controller_tls=controller_tls,
         controller_token=read_token(args.controller_token_file),
+        grpc=not args.no_grpc,
+        http_listen=args.http_listen,
+        model_name=args.served_model_name or loaded.source.name,
     )
     return asyncio.run(run_until_signalled(lambda stop: serve_node(engine, identity, config, stop)))

@@ -44,7 +44,7 @@ class GenerationService(serving_pb2_grpc.GenerationServiceServicer):
         lease: Callable[[], ReceivedLease | None] = lambda: None,
         metrics: NodeMetrics | None = None,
     ) -> None:
-        self._worker, self._limits, self._node_id = worker, limits, node_id
+        self._worker, self._limits, self.node_id = worker, limits, node_id  # set once bound
         self._lease, self._metrics = lease, metrics
 
     async def Generate(  # noqa: N802 (gRPC method name)
@@ -89,7 +89,7 @@ class GenerationService(serving_pb2_grpc.GenerationServiceServicer):
     ) -> spb.GetStatsResponse:
         worker = self._worker
         return convert.stats_response(
-            self._node_id,
+            self.node_id,
             worker.snapshot,
             worker.engine.policy.name,
             self._lease(),

@@ -9,11 +9,20 @@ A session registers, then runs two loops until the controller no longer knows th
   since the last report, the gate monitor's drift advice, new warm-up records, and the epoch
   applied (the acknowledgement the controller needs before it gives that budget elsewhere).
 
-NOT_FOUND or FAILED_PRECONDITION (the controller restarted, or this registration was replaced)
-end the session and the node registers again; the registration's lease is applied whatever its
-epoch (it answers our own call, so it is the live controller's). UNAVAILABLE is retried with
-backoff while the current lease runs out: at its TTL (counted from receipt on this node's
-monotonic clock) the node returns to its local policy and keeps serving.
+NOT_FOUND (the controller restarted, or dropped this node) ends the session and the node
+registers again at once; the registration's lease is applied whatever its epoch (it answers our
+own call, so it is the live controller's). FAILED_PRECONDITION means another process registered
+this node id: a ``node_id_conflict`` warning names it, and the node registers again after a
+jittered exponential backoff (:class:`~echo_server.grpc.backoff.Backoff`, up to
+``CONFLICT_BACKOFF_S[1]``), so two processes with one id settle to a few registrations a
+minute instead of fighting. UNAVAILABLE is retried with backoff too.
+
+Budget fallback: a node following a controller runs with K = ``FALLBACK_K`` (0: plain decoding,
+the same output, no draft tokens) whenever it holds no live lease: before its first lease, and
+once a lease's TTL (counted from receipt on this node's monotonic clock) runs out unrenewed. It
+never falls back to its local ``--budget``: the controller may hand a silent node's budget to
+the others ``ttl + slack`` after issuing it, so only K = 0 keeps ``sum(effective K) <= G`` while
+the controller is down, restarting or cut off (the echo-server README states the invariant).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from echo_gating.policy import GatePolicy
 from echo_proto.budget.v1 import budget_pb2 as bpb
 from echo_proto.budget.v1 import budget_pb2_grpc
 from echo_server.grpc import convert
+from echo_server.grpc.backoff import Backoff
 from echo_server.grpc.engine_thread import EngineThread
 from echo_server.grpc.gate_drift import GateObserver
 from echo_server.grpc.lease import NodeIdentity, NodeReport, ReceivedLease
@@ -43,10 +53,20 @@ log = structlog.get_logger(__name__)
 REREGISTER = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION)
 CALL_TIMEOUT_S = 5.0
 BACKOFF_S = (0.1, 2.0)  # first and longest wait between failed attempts
+CONFLICT_BACKOFF_S = (0.5, 30.0)  # the same, after another process took this node id
+FALLBACK_K = 0  # K without a live lease (module docstring)
 
 
 class _ReregisterError(Exception):
-    """The controller does not know this registration any more."""
+    """The controller does not know this registration any more (``code`` says why)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+
+    @classmethod
+    def of(cls, exc: grpc.aio.AioRpcError) -> _ReregisterError:
+        return cls(exc.code(), exc.details() or exc.code().name)
 
 
 class LeaseClient:
@@ -61,6 +81,7 @@ class LeaseClient:
         token: str | None = None,
         metrics: NodeMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        conflict_backoff: Backoff | None = None,
     ) -> None:
         self.identity, self._worker, self._observer = identity, worker, observer
         self._channel = open_channel(target, tls)
@@ -76,7 +97,9 @@ class LeaseClient:
         self._last_steps = 0  # engine steps at the previous report
         self._last_totals = AcceptanceTotals()  # acceptance counts at the previous report
         self._last_report = clock()
+        self._conflicts = conflict_backoff or Backoff(*CONFLICT_BACKOFF_S)
         self.registrations = 0
+        self.conflicts = 0  # sessions ended because another process registered this node id
 
     @property
     def lease(self) -> ReceivedLease | None:
@@ -85,7 +108,8 @@ class LeaseClient:
         return lease if lease is not None and lease.live(self._clock()) else None
 
     async def run(self) -> None:
-        """Sessions until cancelled (module docstring)."""
+        """Sessions until cancelled (module docstring); K = FALLBACK_K until the first lease."""
+        await self._worker.set_budget_override(FALLBACK_K)
         backoff = BACKOFF_S[0]
         while True:
             try:
@@ -93,21 +117,40 @@ class LeaseClient:
                 backoff = BACKOFF_S[0]
                 await self._session()
             except _ReregisterError as exc:
-                log.info("controller_forgot_node", reason=str(exc))
+                if exc.code is grpc.StatusCode.FAILED_PRECONDITION:
+                    await self._conflict(str(exc))
+                else:
+                    self._conflicts.reset()
+                    log.info("controller_forgot_node", reason=str(exc))
                 continue
             except grpc.aio.AioRpcError as exc:
                 log.warning("controller_unreachable", code=exc.code().name, details=exc.details())
             except (ControlPlaneError, EchoError) as exc:  # FieldError from convert
                 log.warning("controller_sent_bad_message", error=str(exc))
+            self._conflicts.reset()
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_S[1])
+
+    async def _conflict(self, details: str) -> None:
+        """Another process registered this node id: say so, back off, then register again."""
+        self.conflicts += 1
+        wait_s = self._conflicts.next()
+        log.warning(
+            "node_id_conflict",
+            node_id=self.identity.node_id,
+            consecutive=self._conflicts.attempts,
+            retry_in_s=round(wait_s, 2),
+            details=details,
+            hint="another process registered this node id: give each node its own --node-id",
+        )
+        await asyncio.sleep(wait_s)
 
     async def close(self, deregister: bool = True) -> None:
         """Stop using the lease, tell the controller (best effort), close the channel."""
         if self._expiry is not None:
             self._expiry.cancel()
         self._lease = None
-        await self._worker.set_budget_override(None)
+        await self._worker.set_budget_override(FALLBACK_K)
         if deregister and self._registration:
             try:
                 await self._stub.Deregister(
@@ -162,7 +205,7 @@ class LeaseClient:
                     backoff = BACKOFF_S[0]
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in REREGISTER:
-                    raise _ReregisterError(exc.details() or exc.code().name) from exc
+                    raise _ReregisterError.of(exc) from exc
                 log.info("watch_interrupted", code=exc.code().name)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, BACKOFF_S[1])
@@ -180,7 +223,7 @@ class LeaseClient:
                 )
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in REREGISTER:
-                    raise _ReregisterError(exc.details() or exc.code().name) from exc
+                    raise _ReregisterError.of(exc) from exc
                 log.info("report_failed", code=exc.code().name)
 
     def _report(self) -> NodeReport:
@@ -217,12 +260,17 @@ class LeaseClient:
         if lease.epoch <= self._fence:
             log.debug("stale_lease_ignored", epoch=lease.epoch, fence=self._fence)
             return
-        self._fence, self._lease = lease.epoch, lease
+        self._fence = lease.epoch
         if self._expiry is not None:
             self._expiry.cancel()
-        loop = asyncio.get_running_loop()
-        self._expiry = loop.call_later(lease.ttl_ms / 1000, self._expire, lease.epoch)
+        # The engine applies K between steps; only then is the lease acknowledged (reports
+        # send self.lease's epoch), else the controller could hand a decrease to another node
+        # while this engine still runs the old, larger K.
         await self._worker.set_budget_override(min(lease.budget_k, self.identity.k_max))
+        self._lease = lease
+        loop = asyncio.get_running_loop()
+        remaining_s = max(0.0, lease.expires_at - self._clock())  # the TTL runs from receipt
+        self._expiry = loop.call_later(remaining_s, self._expire, lease.epoch)
         if self._metrics is not None:
             self._metrics.on_lease(lease)
         version = lease.gate_policy_version
@@ -235,12 +283,12 @@ class LeaseClient:
     def _expire(self, epoch: int) -> None:
         if self._lease is None or self._lease.epoch != epoch:
             return
-        log.info("lease_expired_local_policy", epoch=epoch)
+        log.info("lease_expired_fallback", epoch=epoch, k=FALLBACK_K)
         self._lease = None
         self._expiry = None
         if self._metrics is not None:
             self._metrics.on_lease(None)
-        task = asyncio.ensure_future(self._worker.set_budget_override(None))
+        task = asyncio.ensure_future(self._worker.set_budget_override(FALLBACK_K))
         task.add_done_callback(_log_failure)
 
 

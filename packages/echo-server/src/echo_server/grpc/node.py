@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
 
-from echo_controller.metrics import serve_metrics
 from echo_controller.security import ClientTls
-from echo_controller.server import ServerConfig, start_server, write_ready_file
+from echo_controller.server import ServerConfig, start_metrics, start_server, write_ready_file
 from echo_gating.policy import GatePolicy
 from echo_proto.serving.v1 import serving_pb2_grpc
 from echo_server.engine import Engine
@@ -28,6 +27,9 @@ from echo_server.grpc.generation_service import SERVICE_NAME, GenerationService
 from echo_server.grpc.lease import NodeIdentity, ReceivedLease
 from echo_server.grpc.lease_client import LeaseClient
 from echo_server.grpc.metrics import NodeMetrics
+from echo_server.grpc.node_identity import bound_node_id
+from echo_server.http.app import HttpState, create_app
+from echo_server.http.server import HttpServer
 
 log = structlog.get_logger(__name__)
 
@@ -45,6 +47,9 @@ class NodeConfig:
     controller_token: str | None = None
     observe_interval_s: float = 1.0  # how often the gate observer reads the engine's records
     window_s: float = 10.0
+    grpc: bool = True  # serve the gRPC generation API on server.listen
+    http_listen: str | None = None  # host:port of the OpenAI-compatible HTTP API; None = off
+    model_name: str = "echo"  # the model id the HTTP API serves (GET /v1/models)
 
 
 async def serve_node(
@@ -80,17 +85,47 @@ async def serve_node(
         return client.lease if client is not None else None
 
     service = GenerationService(worker, config.limits, identity.node_id, lease, metrics)
-    server = await start_server(
-        config.server,
-        lambda s: serving_pb2_grpc.add_GenerationServiceServicer_to_server(service, s),
-        [SERVICE_NAME],
-        on_refused=lambda _method: metrics.refused.labels("UNAUTHENTICATED").inc(),
+    server = (
+        await start_server(
+            config.server,
+            lambda s: serving_pb2_grpc.add_GenerationServiceServicer_to_server(service, s),
+            [SERVICE_NAME],
+            on_refused=lambda code: metrics.refused.labels(code).inc(),
+        )
+        if config.grpc
+        else None
     )
-    http = serve_metrics(metrics.registry, config.metrics_listen) if config.metrics_listen else None
+    http_state = HttpState(
+        worker,
+        config.limits,
+        config.model_name,
+        metrics,
+        token=config.server.token,
+        max_body_bytes=config.server.max_message_bytes,
+    )
+    web = (
+        await HttpServer.start(create_app(http_state), config.http_listen, config.server.tls)
+        if config.http_listen
+        else None
+    )
+    http_state.serving = True
+    if not identity.node_id:  # from the bound port: unique by construction (node_identity)
+        port = server.port if server else web.port if web else 0
+        listen = config.server.listen if server else config.http_listen or ""
+        identity = replace(identity, node_id=bound_node_id(listen, port))
+        service.node_id = identity.node_id
+        if client is not None:
+            client.identity = identity
+    http = start_metrics(metrics.registry, config.metrics_listen, config.server)
     tasks = [asyncio.create_task(_observe(worker, observer, metrics, config.observe_interval_s))]
     if client is not None:
         tasks.append(asyncio.create_task(client.run()))
-    ports = {"grpc_port": server.port, "metrics_port": http.server_port if http else 0}
+    ports = {
+        "grpc_port": server.port if server else 0,
+        "http_port": web.port if web else 0,
+        "metrics_port": http.server_port if http else 0,
+        "health_port": server.health_port if server else 0,
+    }
     if config.ready_file is not None:
         write_ready_file(config.ready_file, **ports)
     log.info("node_serving", node_id=identity.node_id, controller=config.controller, **ports)
@@ -98,7 +133,9 @@ async def serve_node(
         await stop.wait()
     finally:
         log.info("node_draining", in_flight=worker.in_flight, grace_s=config.grace_s)
-        await server.set_serving(False)
+        http_state.serving = False
+        if server is not None:
+            await server.set_serving(False)
         cancelled = await worker.drain(config.grace_s)
         for task in tasks:
             task.cancel()
@@ -106,7 +143,10 @@ async def serve_node(
         if client is not None:
             with contextlib.suppress(Exception):
                 await client.close()
-        await server.stop(1.0)
+        if server is not None:
+            await server.stop(1.0)
+        if web is not None:
+            await web.stop()
         await worker.close()
         if http is not None:
             http.shutdown()
