@@ -20,6 +20,7 @@ from echo_controller.server import ServerConfig, start_metrics, start_server, wr
 from echo_gating.policy import GatePolicy
 from echo_proto.serving.v1 import serving_pb2_grpc
 from echo_server.engine import Engine
+from echo_server.engine.memory import memory_report, trim_heap
 from echo_server.grpc.convert import RequestLimits
 from echo_server.grpc.engine_thread import EngineThread
 from echo_server.grpc.gate_drift import GateObserver
@@ -56,6 +57,9 @@ async def serve_node(
     engine: Engine, identity: NodeIdentity, config: NodeConfig, stop: asyncio.Event
 ) -> None:
     """Serve until ``stop`` is set, then shut down gracefully."""
+    trimmed = trim_heap()
+    held = memory_report(engine.model, engine.kv.storage, engine.drafter)
+    log.info("node_memory", trimmed_mib=round(trimmed / 2**20, 1), **held.log_fields())
     metrics = NodeMetrics()
     worker = EngineThread(
         engine,

@@ -15,7 +15,9 @@ takes a separate path, exactly like ``F.linear``'s GEMV/GEMM split.
 
 Used for float32 weights on the CPU when the ops exist (PyTorch built with oneDNN, as the
 official CPU wheels are); everything else keeps ``F.linear``. ``ECHO_PACKED_LINEAR=0`` turns it
-off. The packed copy is extra memory of the size of the weights.
+off. A model keeps one copy: :class:`~echo_server.model.llama.LlamaModel` releases the plain
+copy of each packed layer projection (:meth:`Linear.release_plain`); the lm_head keeps both, since
+its plain tensor is also the (tied) embedding and the draft head's output layer.
 """
 
 from __future__ import annotations
@@ -43,14 +45,26 @@ class Linear:
     """``y = x W^T + b`` for ``x`` [..., in]: oneDNN-packed when available, else ``F.linear``."""
 
     def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
-        self.weight = weight  # [out, in]
+        self.weight: Tensor | None = weight  # [out, in]; None once released (packed only)
         self.bias = bias
+        self.out_features = weight.shape[0]
         self.packed: Tensor | None = None
         if packing_available(weight):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
 
+    def release_plain(self) -> bool:
+        """Drop the plain weight when a packed copy serves every call (one copy in memory);
+        False when nothing was packed, so the plain weight is the only copy."""
+        if self.packed is None:
+            return False
+        self.weight = None
+        return True
+
     def __call__(self, x: Tensor) -> Tensor:
-        if self.packed is None or x.numel() == 0:
+        if x.numel() == 0:
+            return x.new_zeros(*x.shape[:-1], self.out_features)
+        if self.packed is None:
+            assert self.weight is not None  # released only when packed
             return F.linear(x, self.weight, self.bias)
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         out: Tensor = torch.ops.mkldnn._linear_pointwise(

@@ -13,6 +13,7 @@ gives; attention reads the pool through an :class:`AttentionBackend`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,9 @@ class LayerWeights:
 
 @dataclass(frozen=True, slots=True)
 class ModelWeights:
-    """All parameters in the model dtype; ``lm_head`` is ``embed`` itself when tied."""
+    """All parameters in the model dtype; ``lm_head`` is ``embed`` itself when tied. In a built
+    :class:`LlamaModel`, packed layer projections read :data:`RELEASED` here (their values live
+    in ``LlamaModel.linears``)."""
 
     embed: Tensor  # [V, hidden]
     layers: tuple[LayerWeights, ...]
@@ -89,6 +92,7 @@ class LlamaModel:
         self.scale = config.head_dim**-0.5
         self.linears = tuple(_LayerLinears.of(layer) for layer in weights.layers)
         self.lm_head = Linear(weights.lm_head)
+        self.weights = _release_packed(weights, self.linears)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -164,6 +168,24 @@ class LlamaModel:
         """``lm_head(hidden[rows])``: [M, V] float32 (only the requested rows pay the matmul)."""
         h = hidden if rows is None else hidden[rows]
         return self.lm_head(h).float()
+
+
+RELEASED = torch.empty(0)
+"""What a layer projection's plain tensor becomes in ``LlamaModel.weights`` once its packed copy
+serves every call (``LlamaModel.linears`` holds the values)."""
+
+
+def _release_packed(weights: ModelWeights, linears: tuple[_LayerLinears, ...]) -> ModelWeights:
+    """``weights`` without the plain copies of packed layer projections (one copy in memory)."""
+    layers = []
+    for layer, mm in zip(weights.layers, linears, strict=True):
+        released = {
+            name: RELEASED
+            for name in ("qkv", "o_proj", "gate_up", "down")
+            if getattr(mm, name).release_plain()
+        }
+        layers.append(dataclasses.replace(layer, **released) if released else layer)
+    return dataclasses.replace(weights, layers=tuple(layers))
 
 
 @dataclass(frozen=True, slots=True)

@@ -470,7 +470,8 @@ class GetStatsResponse(_message.Message):
     """Name of the node's active budget policy."""
     lease_budget_k: _builtins.int
     """Budget K granted by the budget controller's live lease; 0 when the node
-    holds no live lease (then lease_epoch is 0 and budget_k is the local one).
+    holds no live lease (then lease_epoch is 0, and budget_k is 0 on a node
+    that follows a controller, the local K on a standalone node).
     """
     lease_epoch: _builtins.int
     """Epoch of the live lease; 0 = none (the node runs its local policy)."""
