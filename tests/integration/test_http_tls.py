@@ -44,7 +44,7 @@ def _url(node: Proc) -> str:
 
 
 def _client(node: Proc, context: ssl.SSLContext, token: str) -> OpenAI:
-    http = httpx.Client(verify=context, timeout=120)
+    http = openai.DefaultHttpxClient(verify=context, timeout=120)  # the SDK's own HTTP client
     return OpenAI(base_url=f"{_url(node)}/v1", api_key=token, max_retries=0, http_client=http)
 
 
