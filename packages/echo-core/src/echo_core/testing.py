@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -89,7 +89,34 @@ def is_host_sync(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> b
     return False
 
 
-class HostSyncCounter(TorchFunctionMode):
+_Mode = TypeVar("_Mode", bound="_ObservingMode")
+
+
+class _ObservingMode(TorchFunctionMode):
+    """A torch function mode that looks at every call (:meth:`_observe`), then runs it."""
+
+    def __enter__(self: _Mode) -> _Mode:
+        super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        return self
+
+    def _observe(
+        self, func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
+        raise NotImplementedError
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        self._observe(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
+class HostSyncCounter(_ObservingMode):
     """Counts host syncs by op (``counts``) and by op and call site (``sites``), module docstring.
 
     >>> with HostSyncCounter() as syncs:
@@ -103,34 +130,24 @@ class HostSyncCounter(TorchFunctionMode):
         self.counts: collections.Counter[str] = collections.Counter()
         self.sites: collections.Counter[tuple[str, str]] = collections.Counter()
 
-    def __enter__(self) -> HostSyncCounter:
-        super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-        return self
-
     @property
     def total(self) -> int:
         return sum(self.counts.values())
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
+    def _observe(
+        self, func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
         name = _name(func)
         if is_host_sync(name, args, kwargs):
             self.counts[name] += 1
             self.sites[(name, _caller())] += 1
-        return func(*args, **kwargs)
 
 
 class DeviceDisciplineError(AssertionError):
     """An op mixed devices or created a tensor on the default device (:class:`DeviceGuard`)."""
 
 
-class DeviceGuard(TorchFunctionMode):
+class DeviceGuard(_ObservingMode):
     """Records device-discipline violations as ``"op at file:line: reason"`` (module docstring);
     with ``strict`` (the default) the first one raises :class:`DeviceDisciplineError`."""
 
@@ -139,24 +156,15 @@ class DeviceGuard(TorchFunctionMode):
         self.strict = strict
         self.violations: list[str] = []
 
-    def __enter__(self) -> DeviceGuard:
-        super().__enter__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-        return self
-
     def _violate(self, name: str, reason: str) -> None:
         message = f"{name} at {_caller()}: {reason}"
         self.violations.append(message)
         if self.strict:
             raise DeviceDisciplineError(message)
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
+    def _observe(
+        self, func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> None:
         name = _name(func)
         if name in FACTORIES and getattr(torch, name, None) is func and "device" not in kwargs:
             self._violate(name, "tensor factory without an explicit device=")
@@ -167,4 +175,3 @@ class DeviceGuard(TorchFunctionMode):
         }
         if len(devices) > 1:
             self._violate(name, f"tensors on {sorted(str(d) for d in devices)}")
-        return func(*args, **kwargs)

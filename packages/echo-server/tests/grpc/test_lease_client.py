@@ -139,6 +139,13 @@ def test_the_conflict_backoff_grows_with_jitter_up_to_its_cap_and_resets() -> No
     assert backoff.next() <= 0.5
 
 
+def test_the_retry_backoff_without_jitter_doubles_to_its_cap() -> None:
+    retry = Backoff(0.1, 2.0, jitter=False)
+    assert [retry.next() for _ in range(7)] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0])
+    retry.reset()
+    assert retry.next() == 0.1
+
+
 def test_the_default_node_id_comes_from_the_bound_port_not_the_listen_text() -> None:
     a = bound_node_id("127.0.0.1:0", 40001, "host")
     b = bound_node_id("127.0.0.1:0", 40002, "host")

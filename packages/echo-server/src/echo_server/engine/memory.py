@@ -137,7 +137,9 @@ class MemoryReport:
 def memory_report(model: Any, kv_storage: Tensor, drafter: Any) -> MemoryReport:
     """Count what ``model`` (a LlamaModel), the KV pool and ``drafter`` hold (module doc)."""
     plain = list(tensors_in(model.weights))
-    packed = [lin.packed for mm in model.linears for lin in vars_of(mm)] + [model.lm_head.packed]
+    packed = [lin.packed for mm in model.linears for lin in _projections(mm)] + [
+        model.lm_head.packed
+    ]
     packed_tensors = [t for t in packed if t is not None]
     model_keys = {_storage_key(t) for t in [*plain, *packed_tensors] if t.numel()}
     return MemoryReport(
@@ -149,7 +151,7 @@ def memory_report(model: Any, kv_storage: Tensor, drafter: Any) -> MemoryReport:
     )
 
 
-def vars_of(layer: Any) -> list[Linear]:
+def _projections(layer: Any) -> list[Linear]:
     """The :class:`Linear` fields of one layer's projections."""
     return [getattr(layer, name) for name in ("qkv", "o_proj", "gate_up", "down")]
 

@@ -110,11 +110,11 @@ class LeaseClient:
     async def run(self) -> None:
         """Sessions until cancelled (module docstring); K = FALLBACK_K until the first lease."""
         await self._worker.set_budget_override(FALLBACK_K)
-        backoff = BACKOFF_S[0]
+        retry = Backoff(*BACKOFF_S, jitter=False)
         while True:
             try:
                 await self._register()
-                backoff = BACKOFF_S[0]
+                retry.reset()
                 await self._session()
             except _ReregisterError as exc:
                 if exc.code is grpc.StatusCode.FAILED_PRECONDITION:
@@ -128,8 +128,7 @@ class LeaseClient:
             except (ControlPlaneError, EchoError) as exc:  # FieldError from convert
                 log.warning("controller_sent_bad_message", error=str(exc))
             self._conflicts.reset()
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_S[1])
+            await asyncio.sleep(retry.next())
 
     async def _conflict(self, details: str) -> None:
         """Another process registered this node id: say so, back off, then register again."""
@@ -191,7 +190,7 @@ class LeaseClient:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch(self) -> None:
-        backoff = BACKOFF_S[0]
+        retry = Backoff(*BACKOFF_S, jitter=False)
         request = bpb.WatchPolicyRequest(
             node_id=self.identity.node_id, registration_epoch=self._registration
         )
@@ -202,13 +201,12 @@ class LeaseClient:
                         policy = convert.gate_policy(message.gate_policy)
                         self._policies[policy.version] = policy
                     await self._apply(message.lease)
-                    backoff = BACKOFF_S[0]
+                    retry.reset()
             except grpc.aio.AioRpcError as exc:
                 if exc.code() in REREGISTER:
                     raise _ReregisterError.of(exc) from exc
                 log.info("watch_interrupted", code=exc.code().name)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_S[1])
+            await asyncio.sleep(retry.next())
 
     async def _report_loop(self) -> None:
         while True:

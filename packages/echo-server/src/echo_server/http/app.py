@@ -152,6 +152,10 @@ class _EndedEarlyError(Exception):
         super().__init__("request ended early")
         self.error = error  # None: the client is gone, nobody to tell
 
+    def response(self) -> Response:
+        """The deadline's error, or 499 (client closed request) when nobody is listening."""
+        return self.error.response() if self.error else Response(status_code=499)
+
 
 class _Flow:
     """One request's items, each awaited against the client's disconnect and the deadline."""
@@ -220,7 +224,7 @@ async def _generate(
     try:
         first = await flow.next()
     except _EndedEarlyError as ended:
-        return ended.error.response() if ended.error else Response(status_code=499)
+        return ended.response()
     except (EchoError, RuntimeError) as exc:
         flow.close()
         raise from_engine(exc, prompt_param) from exc
@@ -241,7 +245,7 @@ async def _unary(
         while not isinstance(item, Finished):
             item = await flow.next()
     except _EndedEarlyError as ended:
-        return ended.error.response() if ended.error else Response(status_code=499)
+        return ended.response()
     except (EchoError, RuntimeError) as exc:
         raise from_engine(exc, prompt_param) from exc
     finally:

@@ -52,6 +52,10 @@ class _Sampling(BaseModel):
     policy: str | None = None
     timeout_s: float | None = Field(default=None, gt=0)
 
+    def output_limit(self) -> tuple[str, int | None]:
+        """The output-length field the client used and its value."""
+        return "max_tokens", self.max_tokens
+
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
             return ()
@@ -122,13 +126,11 @@ class ChatCompletionBody(_Sampling):
     tool_choice: str | dict[str, object] | None = None
     response_format: dict[str, object] | None = None
 
-    def output_limit(self) -> int | None:
+    def output_limit(self) -> tuple[str, int | None]:
         """``max_completion_tokens`` (OpenAI's newer name) wins over ``max_tokens``."""
-        return (
-            self.max_completion_tokens
-            if self.max_completion_tokens is not None
-            else (self.max_tokens)
-        )
+        if self.max_completion_tokens is not None:
+            return "max_completion_tokens", self.max_completion_tokens
+        return "max_tokens", self.max_tokens
 
     def unsupported(self) -> dict[str, str]:
         out = super().unsupported()

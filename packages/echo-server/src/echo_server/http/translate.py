@@ -39,7 +39,7 @@ def completion_request(
     body: CompletionBody, limits: RequestLimits, request_id: str
 ) -> GenerationRequest:
     """The core request of ``POST /v1/completions`` (raw prompt: no chat template)."""
-    msg = spb.GenerateRequest(request_id=request_id, sampling=_sampling(body, body.max_tokens))
+    msg = spb.GenerateRequest(request_id=request_id, sampling=_sampling(body))
     prompt = body.prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
         if len(prompt) != 1:
@@ -52,7 +52,7 @@ def completion_request(
         if len(ids) != len(prompt) or any(t < 0 or t > UINT32_MAX for t in ids):
             raise ApiError(400, "prompt: token ids must be non-negative integers", "prompt")
         msg.token_ids.ids.extend(ids)
-    return _validated(msg, body, limits, "prompt", "max_tokens")
+    return _validated(msg, body, limits, "prompt")
 
 
 def chat_request(
@@ -60,8 +60,7 @@ def chat_request(
 ) -> GenerationRequest:
     """The core request of ``POST /v1/chat/completions``: the messages rendered with the
     model's chat template (the same ids the gRPC ``chat`` flag gives for one user turn)."""
-    limit_name = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    msg = spb.GenerateRequest(request_id=request_id, sampling=_sampling(body, body.output_limit()))
+    msg = spb.GenerateRequest(request_id=request_id, sampling=_sampling(body))
     try:
         msg.text = tokenizer.render_chat(
             [{"role": m.role, "content": m.text()} for m in body.messages]
@@ -70,17 +69,13 @@ def chat_request(
         raise ApiError(400, f"messages: {exc}", "messages") from exc
     except Exception as exc:  # the template refused the conversation (jinja raise_exception)
         raise ApiError(400, f"messages: the chat template refused them: {exc}", "messages") from exc
-    return _validated(msg, body, limits, "messages", limit_name)
+    return _validated(msg, body, limits, "messages")
 
 
-def _sampling(
-    body: CompletionBody | ChatCompletionBody, max_tokens: int | None
-) -> spb.SamplingParams:
+def _sampling(body: CompletionBody | ChatCompletionBody) -> spb.SamplingParams:
     for name, why in body.unsupported().items():
         raise ApiError(400, f"{name}: {why}", name)
-    limit_name = "max_tokens"
-    if isinstance(body, ChatCompletionBody) and body.max_completion_tokens is not None:
-        limit_name = "max_completion_tokens"
+    limit_name, max_tokens = body.output_limit()
     if max_tokens is not None and not 1 <= max_tokens <= UINT32_MAX:
         raise ApiError(400, f"{limit_name}: must be >= 1, got {max_tokens}", limit_name)
     if body.seed is not None and not 0 <= body.seed <= UINT64_MAX:
@@ -105,14 +100,13 @@ def _validated(
     body: CompletionBody | ChatCompletionBody,
     limits: RequestLimits,
     prompt_name: str,
-    limit_name: str,
 ) -> GenerationRequest:
     if body.policy is not None:
         msg.policy = body.policy
     try:
         return convert.generation_request(msg, limits, msg.request_id)
     except FieldError as exc:
-        name = _http_field(exc.field, prompt_name, limit_name)
+        name = _http_field(exc.field, prompt_name, body.output_limit()[0])
         raise ApiError(400, f"{name}: {exc.reason}", name) from exc
 
 
