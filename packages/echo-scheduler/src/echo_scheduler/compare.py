@@ -22,21 +22,16 @@ from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from echo_gating.calibrate import CalibrationConfig, calibrate
-from echo_gating.policy import GateMode, GatePolicy
-from echo_gating.records import RecordWriter
+from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import Hardware, ModelGeometry, VerifyCostModel
 from echo_scheduler.interface import BasePolicy
-from echo_scheduler.outcome import accepted_mask
 from echo_scheduler.policies import POLICY_NAMES, make_policy
+from echo_scheduler.replay.cli import main as replay_main
+from echo_scheduler.replay.gates import calibrate_variants, warmup_records
 from echo_scheduler.simulator import DraftCostModel, Summary, run_step, summarize
 from echo_scheduler.trace import record
 from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
-
-MAP_BINS = 512
-"""Acceptance-map resolution: wide pools put most nodes at low scores, so quantile bins need to
-be fine for the few high-score nodes (the ones that get selected) to get bins of their own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,31 +47,10 @@ def calibrate_gates(
     steps: Sequence[SyntheticStep], config: PolicyConfig, cost_ratio: float = 0.5
 ) -> dict[str, GatePolicy]:
     """Sparse, dense and fixed gates (with acceptance maps) from warm-up steps, each drafted to
-    ``max_depth`` without gating (:func:`~echo_scheduler.trace.record`)."""
-    writer = RecordWriter(meta={"drafter": "synthetic", "sampling": "greedy"})
-    base_id = 0
-    for i, step in enumerate(steps):
-        pool = record(step, config).pool
-        b = step.batch_size
-        writer.append_pool(
-            pool,
-            accepted_mask(pool, step.target),
-            request_id=torch.arange(base_id, base_id + b),
-            step=torch.full((b,), i, dtype=torch.int64),
-        )
-        base_id += b
-    records = writer.finish()
-    gates = {}
-    for name, mode in (
-        ("echo", GateMode.SPARSE),
-        ("echo_dense", GateMode.DENSE),
-        ("echo_fixed", GateMode.FIXED),
-    ):
-        cfg = CalibrationConfig(
-            mode=mode, max_depth=config.max_depth, cost_ratio=cost_ratio, map_bins=MAP_BINS
-        )
-        gates[name] = calibrate(records, cfg)
-    return gates
+    ``max_depth`` without gating (:func:`~echo_scheduler.trace.record`), plus the maps-only
+    ``echo_nogate`` (:func:`echo_scheduler.replay.gates.calibrate_variants`)."""
+    records = warmup_records([record(s, config) for s in steps], drafter="synthetic")
+    return calibrate_variants(records, config.max_depth, cost_ratio)
 
 
 def depth_price(verify: VerifyCostModel, draft: DraftCostModel, batch: int, budget: int) -> float:
@@ -140,6 +114,11 @@ def format_table(rows: Sequence[Row]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The synthetic comparison, or with ``--traces`` the replay of recorded pools
+    (:mod:`echo_scheduler.replay.cli`)."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--traces" or a.startswith("--traces=") for a in args_in):
+        return replay_main(args_in)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 16, 64, 256])
     parser.add_argument("--steps", type=int, default=20)
@@ -148,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--context", type=int, default=2048, help="mean context for the roofline")
     parser.add_argument("--policies", nargs="+", default=list(POLICY_NAMES))
     parser.add_argument("--json", default=None, help="also write every row to this file")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     torch.set_num_threads(1)
     workload = SyntheticWorkload.llama() if args.workload == "llama" else SyntheticWorkload.qwen()
     geometry = ModelGeometry.llama31_8b()

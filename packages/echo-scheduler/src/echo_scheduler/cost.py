@@ -38,12 +38,19 @@ from echo_scheduler.errors import CostModelError
 
 @dataclass(frozen=True, slots=True)
 class Hardware:
-    """Peak dense bf16 FLOP/s and memory bandwidth (bytes/s) of one device, with efficiencies."""
+    """Peak dense bf16 FLOP/s, memory bandwidth and per-direction NVLink bandwidth (bytes/s) of
+    one device, with the efficiencies applied to each.
+
+    Datasheet figures (NVIDIA H100 SXM5 and H200 SXM): 989 TFLOP/s dense bf16 both; HBM 3.35 TB/s
+    (H100) and 4.8 TB/s (H200); NVLink 4 at 900 GB/s bidirectional, i.e. 450 GB/s per direction.
+    """
 
     flops: float
     bandwidth: float
     flops_efficiency: float = 0.6
     bandwidth_efficiency: float = 0.8
+    link_bandwidth: float = 450e9
+    link_efficiency: float = 0.8
 
     @staticmethod
     def h100() -> Hardware:

@@ -14,9 +14,10 @@ lists) and ``max_nodes``; depths and path log-probs are derived on load.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,16 @@ class RecordedStep:
     pool: TreeBatch  # everything drafted, BFS order per request
     target: Tensor  # [B, D] int64
     max_nodes: Tensor  # [B] int64
+    _index: _RecordIndex | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def index(self) -> _RecordIndex:
+        """The recording's lookup tables, built on first use (a step is replayed many times)."""
+        ix = self._index
+        if ix is None:
+            ix = _RecordIndex.of(self.pool)
+            object.__setattr__(self, "_index", ix)
+        return ix
 
     @property
     def batch_size(self) -> int:
@@ -59,45 +70,61 @@ class RecordedStep:
         return torch.bincount(self.pool.request_index()[hit], minlength=self.batch_size)
 
     def draft(self, pool: TreeBatch, plan: DraftPlan) -> Children:
-        rec = self.pool
-        b = self.batch_size
-        req = rec.request_index()
-        gp = rec.global_parent()
-        rank = rank_in_group(torch.where(gp >= 0, gp + b, req), torch.arange(rec.num_nodes))
-        slot = torch.full((rec.num_nodes + b,), -1, dtype=torch.int64)  # expansion per parent
-        topk = torch.zeros(rec.num_nodes + b, dtype=torch.int64)
-        current = torch.full((rec.num_nodes + b,), ROOT, dtype=torch.int64)
+        rec, ix = self.pool, self.index
+        n, b = rec.num_nodes, self.batch_size
+        slot = torch.full((n + b,), -1, dtype=torch.int64)  # expansion per parent
+        topk = torch.zeros(n + b, dtype=torch.int64)
+        current = torch.full((n + b,), ROOT, dtype=torch.int64)
         if plan.root_topk is not None:
             roots = torch.arange(b)
-            slot[rec.num_nodes + roots], topk[rec.num_nodes + roots] = roots, plan.root_topk
+            slot[n + roots], topk[n + roots] = roots, plan.root_topk
         else:
-            found = _lookup(rec, pool, plan.expand)
+            found = ix.lookup(pool, plan.expand)
             ok = found >= 0
             slot[found[ok]] = torch.arange(plan.expand.numel())[ok]
             topk[found[ok]] = plan.topk[ok]
             current[found[ok]] = plan.expand[ok]
-        parent_slot = torch.where(gp >= 0, gp, rec.num_nodes + req)
-        take = (slot[parent_slot] >= 0) & (rank < topk[parent_slot])
+        parent_slot = ix.parent_slot
+        take = (slot[parent_slot] >= 0) & (ix.rank < topk[parent_slot])
         idx = take.nonzero().squeeze(1)
-        order = idx[torch.argsort(slot[parent_slot[idx]] * (rec.num_nodes + 1) + rank[idx])]
+        order = idx[torch.argsort(slot[parent_slot[idx]] * (n + 1) + ix.rank[idx])]
         return Children(
-            request=req[order],
+            request=ix.req[order],
             parent=current[parent_slot[order]],
             token=rec.token[order],
             draft_logprob=rec.draft_logprob[order],
         )
 
 
-def _lookup(rec: TreeBatch, pool: TreeBatch, nodes: Tensor) -> Tensor:
-    """Index in ``rec`` of the node with the same request and token path as each of ``nodes``."""
-    zero = torch.zeros(rec.batch_size, dtype=torch.int64)
-    rec_key = rec.request_index() * MODULUS + path_hash(rec, zero)
-    cur_key = (pool.request_index() * MODULUS + path_hash(pool, zero))[nodes]
-    sorted_key, perm = torch.sort(rec_key)
-    at = torch.searchsorted(sorted_key, cur_key).clamp(max=max(rec.num_nodes - 1, 0))
-    if rec.num_nodes == 0:
-        return torch.full_like(nodes, -1)
-    return torch.where(sorted_key[at] == cur_key, perm[at], -1)
+@dataclass(frozen=True, slots=True)
+class _RecordIndex:
+    """Per recorded node: request, rank among its siblings, parent slot (``N + b`` for a root's
+    children), and the recording's path keys sorted for lookup."""
+
+    req: Tensor
+    rank: Tensor
+    parent_slot: Tensor
+    sorted_key: Tensor
+    perm: Tensor
+
+    @staticmethod
+    def of(rec: TreeBatch) -> _RecordIndex:
+        n, b = rec.num_nodes, rec.batch_size
+        req, gp = rec.request_index(), rec.global_parent()
+        rank = rank_in_group(torch.where(gp >= 0, gp + b, req), torch.arange(n))
+        key = req * MODULUS + path_hash(rec, torch.zeros(b, dtype=torch.int64))
+        sorted_key, perm = torch.sort(key)
+        return _RecordIndex(req, rank, torch.where(gp >= 0, gp, n + req), sorted_key, perm)
+
+    def lookup(self, pool: TreeBatch, nodes: Tensor) -> Tensor:
+        """Index in the recording of the node with the same request and token path as each of
+        ``nodes`` (pool indices), -1 where the recording has none."""
+        if self.perm.numel() == 0:
+            return torch.full_like(nodes, -1)
+        zero = torch.zeros(pool.batch_size, dtype=torch.int64)
+        cur_key = (pool.request_index() * MODULUS + path_hash(pool, zero))[nodes]
+        at = torch.searchsorted(self.sorted_key, cur_key).clamp(max=self.perm.numel() - 1)
+        return torch.where(self.sorted_key[at] == cur_key, self.perm[at], -1)
 
 
 def record(step: SyntheticStep, config: PolicyConfig) -> RecordedStep:
@@ -125,14 +152,25 @@ def save_trace(steps: Sequence[RecordedStep], path: str | Path) -> None:
             for s in steps
         ],
     }
-    Path(path).write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+    text = json.dumps(data, separators=(",", ":")).encode("utf-8")
+    p = Path(path)
+    p.write_bytes(gzip.compress(text, mtime=0) if p.suffix == ".gz" else text)
 
 
 def load_trace(path: str | Path) -> list[RecordedStep]:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    """The steps of an echo-trace/1 file (gzip-compressed when it ends in ``.gz``)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+        data = json.loads(gzip.decompress(raw) if p.suffix == ".gz" else raw)
+    except (OSError, EOFError, ValueError) as exc:  # unreadable, bad gzip, bad JSON
+        raise TraceError(f"{path}: cannot read an {FORMAT} file: {exc}") from exc
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise TraceError(f"{path}: not an {FORMAT} file")
-    return [_step(s, i) for i, s in enumerate(data["steps"])]
+    steps = data.get("steps")
+    if not isinstance(steps, list):
+        raise TraceError(f"{path}: 'steps' must be a list")
+    return [_step(s, i) for i, s in enumerate(steps)]
 
 
 def _step(s: dict[str, Any], i: int) -> RecordedStep:

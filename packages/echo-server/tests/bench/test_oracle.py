@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from echo_core.tree import ROOT, make_tree
-from echo_server.bench.oracle import NO_TOKEN, continuations, step_oracle
+from echo_scheduler.rows import NO_TOKEN
+from echo_server.bench.oracle import continuations, step_oracle
 
 
 def _i64(values: list[int]) -> torch.Tensor:

@@ -34,9 +34,7 @@ from torch import Tensor
 
 from echo_core.tree import TreeBatch
 from echo_scheduler.outcome import accepted_mask, oracle_accepted
-
-NO_TOKEN = -1
-"""Padding of continuations past the end of an output: matches no drafted token."""
+from echo_scheduler.rows import NO_TOKEN
 
 
 def continuations(sequences: Sequence[Sequence[int]], roots: Sequence[int], depth: int) -> Tensor:

@@ -40,13 +40,11 @@ from typing import Any
 import torch
 
 from echo_core.errors import EchoError
-from echo_gating.calibrate import CalibrationConfig, calibrate
-from echo_gating.policy import GateMode, GatePolicy
-from echo_gating.records import RecordWriter
-from echo_scheduler.compare import MAP_BINS, depth_price, make
+from echo_gating.policy import GatePolicy
+from echo_scheduler.compare import depth_price, make
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import Hardware, ModelGeometry, VerifyCostModel
-from echo_scheduler.outcome import accepted_mask
+from echo_scheduler.replay.run import calibrate_rows
 from echo_scheduler.simulator import DraftCostModel, run_step, summarize
 from echo_scheduler.trace import RecordedStep
 from echo_server.bench.traces import TraceRow, compose
@@ -74,33 +72,6 @@ class ProjectionSpec:
     seed: int = 0
     calibration_share: float = 0.3
     policies: tuple[str, ...] = POLICIES
-
-
-def calibrate_rows(rows: Sequence[TraceRow], config: PolicyConfig) -> dict[str, GatePolicy]:
-    """Sparse, dense and fixed gates from rows drafted to full depth without gating."""
-    writer = RecordWriter(meta={"drafter": "trace", "sampling": "greedy"})
-    g = torch.Generator().manual_seed(0)
-    chunk = 64
-    for i in range(0, len(rows), chunk):
-        part = rows[i : i + chunk]
-        step = compose(part, len(part), g)
-        b = step.batch_size
-        writer.append_pool(
-            step.pool,
-            accepted_mask(step.pool, step.target),
-            request_id=torch.arange(i, i + b),
-            step=torch.zeros(b, dtype=torch.int64),
-        )
-    records = writer.finish()
-    out = {}
-    for name, mode in (
-        ("echo", GateMode.SPARSE),
-        ("echo_dense", GateMode.DENSE),
-        ("echo_fixed", GateMode.FIXED),
-    ):
-        cfg = CalibrationConfig(mode=mode, max_depth=config.max_depth, map_bins=MAP_BINS)
-        out[name] = calibrate(records, cfg)
-    return out
 
 
 def _simulate(
@@ -138,7 +109,7 @@ def project(rows: Sequence[TraceRow], spec: ProjectionSpec | None = None) -> dic
     cal = [rows[i] for i in order[:n_cal]]
     evaluation = [rows[i] for i in order[n_cal:]]
     config = PolicyConfig.high_concurrency()
-    gates = calibrate_rows(cal, config)
+    gates = calibrate_rows(cal, config.max_depth)
     draft = DraftCostModel()
     points: list[dict[str, Any]] = []
     for batch in spec.batches:

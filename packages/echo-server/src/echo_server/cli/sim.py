@@ -1,7 +1,9 @@
-"""``echo-sd sim``: echo-scheduler's trace-driven simulator (every policy, same traces).
+"""``echo-sd sim``: echo-scheduler's simulator (every policy on the same steps).
 
-Everything after ``sim`` goes to ``python -m echo_scheduler.compare`` (``echo-sd sim --help``
-lists its options: batch sizes, steps, workload, roofline context, policies, ``--json``).
+``echo-sd sim --traces PATH... --json OUT`` replays recorded candidate pools under every cost
+model (:mod:`echo_scheduler.replay.cli`; ``echo-sd sim --traces x --help`` lists its options);
+without ``--traces`` it runs the synthetic comparison of :mod:`echo_scheduler.compare`.
+Everything after ``sim`` goes to ``echo_scheduler.compare.main``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from echo_scheduler import compare
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "sim",
-        help="simulate every policy on the same traces with a latency model (echo-scheduler)",
+        help="replay recorded pools (--traces) or synthetic steps through every policy",
         add_help=False,
     )
     p.add_argument("sim_args", nargs=argparse.REMAINDER)

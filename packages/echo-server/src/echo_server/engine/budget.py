@@ -89,41 +89,50 @@ class StepBudget:
 
 
 def measure_profile(model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS) -> list[float]:
-    """Median seconds of one verify pass over each T in ``tokens`` (after a warm-up pass)."""
+    """Median seconds of one verify pass over each T in ``tokens`` (after a warm-up pass): one
+    request, a cached prefix of ``PREFIX`` tokens, a chain of ``T - 1`` draft rows."""
+    return [time_verify(model, 1, t - 1, PREFIX) for t in tokens]
+
+
+def time_verify(
+    model: LlamaModel, batch: int, draft_rows: int, context: int, repeats: int = REPEATS
+) -> float:
+    """Median seconds of the target's verify forward + logits over ``batch`` requests, each a
+    cached context of ``context`` tokens and a chain of ``draft_rows`` draft rows (``batch *
+    (1 + draft_rows)`` rows), after one warm-up pass."""
+    rows_each = draft_rows + 1
     pool = KVPool(
         model.config,
-        PREFIX + max(tokens) + 8,
-        max_requests=1,
+        batch * (context + rows_each + 8),
+        max_requests=batch,
         dtype=model.dtype,
         device=model.device,
     )
-    handle = pool.add_request()
-    slots = pool.allocate(PREFIX)
-    ids = torch.randint(
-        0, model.config.vocab_size, (PREFIX,), generator=torch.Generator().manual_seed(0)
-    )
-    batch = pool.attention_batch([handle], [PREFIX], slots)
-    model.forward(
-        ids.to(model.device), torch.arange(PREFIX, device=model.device), batch, pool.storage
-    )
-    pool.append([handle], slots, [PREFIX])
-    out: list[float] = []
-    for t in tokens:
-        chain = make_tree([[(1, i - 1, -0.1) for i in range(t - 1)]])
-        mask = tree_row_mask(chain)
-        rows = torch.full((t,), 2, dtype=torch.int64, device=model.device)
-        pos = PREFIX + torch.arange(t, device=model.device)
-        times = []
-        for _ in range(REPEATS + 1):
-            write = pool.allocate(t)
-            batch = pool.attention_batch([handle], [t], write, mask)
-            start = time.perf_counter()
-            hidden = model.forward(rows, pos, batch, pool.storage).hidden
-            model.logits(hidden)
-            times.append(time.perf_counter() - start)
-            pool.free(write)
-        out.append(sorted(times[1:])[REPEATS // 2])
-    return out
+    handles = [pool.add_request() for _ in range(batch)]
+    g = torch.Generator().manual_seed(0)
+    for h in handles:  # prefill each context (its K/V is what the verify rows attend to)
+        slots = pool.allocate(context)
+        ids = torch.randint(0, model.config.vocab_size, (context,), generator=g)
+        prefill = pool.attention_batch([h], [context], slots)
+        model.forward(
+            ids.to(model.device), torch.arange(context, device=model.device), prefill, pool.storage
+        )
+        pool.append([h], slots, [context])
+    chains = make_tree([[(1, i - 1, -0.1) for i in range(draft_rows)] for _ in range(batch)])
+    mask = tree_row_mask(chains)
+    n = batch * rows_each
+    ids = torch.full((n,), 2, dtype=torch.int64, device=model.device)
+    pos = (context + torch.arange(rows_each, device=model.device)).repeat(batch)
+    times = []
+    for _ in range(repeats + 1):
+        write = pool.allocate(n)
+        verify = pool.attention_batch(handles, [rows_each] * batch, write, mask)
+        start = time.perf_counter()
+        hidden = model.forward(ids, pos, verify, pool.storage).hidden
+        model.logits(hidden)
+        times.append(time.perf_counter() - start)
+        pool.free(write)
+    return sorted(times[1:])[repeats // 2]
 
 
 def _cache_key(model: LlamaModel) -> str:

@@ -1,0 +1,246 @@
+"""Deterministic replay: every arm on the same recorded steps, priced by every cost model.
+
+Per trace (one workload's rows, :mod:`echo_scheduler.rows`), a seeded share of the rows is the
+warm-up: the gates of :mod:`echo_scheduler.replay.gates` are calibrated on it. From the rest,
+for each batch size B, ``steps`` batches of B rows are composed (seeded, with replacement) and
+every arm (:mod:`echo_scheduler.replay.arms`) is driven through them with the engine's exact
+call sequence (:func:`~echo_scheduler.driver.drive_step`, greedy acceptance against the
+recorded continuation, ``observe`` after each step). Arms without the cost floor behave the
+same under every cost model, so they are driven once per (trace, B) and priced by each model;
+arms with the floor are driven once per cost model, the floor fed the modelled phase times
+(:class:`~echo_scheduler.elastic.ElasticFloor`, as the engine feeds it measured ones).
+
+A step's seconds are the cost model's (:mod:`echo_scheduler.replay.costs`); an arm's rate is
+``sum_i (B + a_i) / sum_i t_i``. Every arm is compared with ``echo`` on the same steps by a
+paired bootstrap (:mod:`echo_scheduler.replay.paired`) and with the hindsight oracle by eta
+(:mod:`echo_scheduler.replay.hindsight`). No wall clock enters any number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from echo_gating.policy import GatePolicy
+from echo_scheduler.driver import drive_step
+from echo_scheduler.elastic import ElasticFloor, step_batch
+from echo_scheduler.errors import TraceError
+from echo_scheduler.interface import StepOutcome
+from echo_scheduler.outcome import accepted_lengths, accepted_mask
+from echo_scheduler.policies import make_policy
+from echo_scheduler.replay.arms import Arm
+from echo_scheduler.replay.costs import AtBatch, StepCost
+from echo_scheduler.replay.gates import calibrate_variants, warmup_records
+from echo_scheduler.replay.hindsight import OracleRun, oracle_run
+from echo_scheduler.replay.paired import paired, resample_index
+from echo_scheduler.rows import TraceRow, compose, stack
+from echo_scheduler.simulator import SimSource
+from echo_scheduler.trace import RecordedStep
+
+WARMUP_CHUNK = 64
+MIN_WARMUP_ROWS = 100
+"""Fewer rows cannot calibrate the gates (echo-gating wants 20 samples per depth and class)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaySpec:
+    steps: int = 24
+    seed: int = 0
+    calibration_share: float = 0.3
+    resamples: int = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class ArmSteps:
+    """Per-step counts of one arm on one cell's steps, [S] int64 each."""
+
+    accepted: Tensor
+    verified: Tensor
+    calls: Tensor
+    expansions: Tensor
+    own_reach: Tensor  # accepted nodes reachable in the arm's own pool (capped per request)
+
+    def seconds(self, cost: StepCost, batch: int) -> Tensor:
+        return torch.tensor(
+            [
+                cost.draft_s(c, e) + cost.verify_s(batch, batch + v)
+                for c, e, v in zip(
+                    self.calls.tolist(),
+                    self.expansions.tolist(),
+                    self.verified.tolist(),
+                    strict=True,
+                )
+            ],
+            dtype=torch.float64,
+        )
+
+
+def split_warmup(
+    rows: Sequence[TraceRow], share: float, seed: int
+) -> tuple[list[TraceRow], list[TraceRow]]:
+    """(warm-up rows, evaluation rows): a seeded random ``share`` of the rows and the rest."""
+    if not 0.0 < share < 1.0:
+        raise TraceError(f"calibration share must lie in (0, 1), got {share}")
+    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    n = int(len(rows) * share)
+    if n < MIN_WARMUP_ROWS or len(rows) - n < 1:
+        raise TraceError(
+            f"{len(rows)} rows leave {n} warm-up rows; calibrating the gates needs at least "
+            f"{MIN_WARMUP_ROWS} (record more steps)"
+        )
+    return [rows[i] for i in order[:n]], [rows[i] for i in order[n:]]
+
+
+def calibrate_rows(rows: Sequence[TraceRow], max_depth: int) -> dict[str, GatePolicy]:
+    """The four gate variants from warm-up rows (stacked in chunks of ``WARMUP_CHUNK``)."""
+    steps = [stack(rows[i : i + WARMUP_CHUNK]) for i in range(0, len(rows), WARMUP_CHUNK)]
+    return calibrate_variants(warmup_records(steps), max_depth)
+
+
+def drive_arm(
+    arm: Arm,
+    steps: Sequence[RecordedStep],
+    gates: Mapping[str, GatePolicy],
+    cost: StepCost | None = None,
+) -> ArmSteps:
+    """Drive ``arm`` through ``steps`` (with the floor fed by ``cost`` when the arm has one)."""
+    gate = gates[arm.gate] if arm.gate is not None else None
+    policy = make_policy(arm.policy, arm.config, gate=gate)
+    b = steps[0].batch_size
+    floor = ElasticFloor(AtBatch(cost, b)) if arm.floor and cost is not None else None
+    budget = arm.budget(b)
+    out: list[list[int]] = []
+    for st in steps:
+        run = drive_step(
+            policy, SimSource(st), step_batch(floor, budget, st.max_nodes), strict=True
+        )
+        req = run.pool.request_index()
+        lengths = accepted_lengths(run.pool, run.keep, st.target)
+        verified = torch.bincount(req[run.keep], minlength=b)
+        policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+        own = torch.bincount(req[accepted_mask(run.pool, st.target)], minlength=b)
+        acc, ver = int(lengths.sum()), int(verified.sum())
+        if floor is not None and cost is not None:
+            draft = cost.draft_s(run.depths, run.expansions)
+            floor.observe(b, ver, b + acc, cost.verify_s(b, b + ver), draft, draft, run.depths)
+        reach = int(torch.minimum(own, st.max_nodes).sum())
+        out.append([acc, ver, run.depths, run.expansions, reach])
+    cols = torch.tensor(out, dtype=torch.int64).reshape(-1, 5).T
+    return ArmSteps(*cols)
+
+
+def _row(
+    arm: Arm,
+    series: ArmSteps,
+    seconds: Tensor,
+    batch: int,
+    oracle: OracleRun,
+    ref_reach: int,
+) -> dict[str, Any]:
+    s = max(int(series.accepted.numel()), 1)
+    acc, ver = int(series.accepted.sum()), int(series.verified.sum())
+    tokens = batch * s + acc
+    total = float(seconds.sum())
+    rate = tokens / total if total > 0 else 0.0
+    best_own = int(torch.minimum(series.verified, series.own_reach).sum())
+    return {
+        "arm": arm.name,
+        "family": arm.family,
+        "per_request": arm.per_request,
+        "tokens_per_s": rate,
+        "mean_accepted_length": tokens / (batch * s),
+        "accepted_per_step": acc / s,
+        "verified_per_step": ver / s,
+        "calls_per_step": float(series.calls.sum()) / s,
+        "eta": rate / oracle.tokens_per_s if oracle.tokens_per_s > 0 else 0.0,
+        "token_share": tokens / oracle.tokens if oracle.tokens > 0 else 0.0,
+        "time_share": oracle.seconds / total if total > 0 else 0.0,
+        "coverage": int(series.own_reach.sum()) / ref_reach if ref_reach else 1.0,
+        "selection": acc / best_own if best_own else 1.0,
+        "row_yield": acc / ver if ver else 0.0,
+    }
+
+
+def replay_cell(
+    trace: str,
+    steps: Sequence[RecordedStep],
+    gates: Mapping[str, GatePolicy],
+    arms: Sequence[Arm],
+    costs: Sequence[StepCost],
+    spec: ReplaySpec,
+) -> list[dict[str, Any]]:
+    """Every arm under every cost model on one (trace, B) cell; one JSON row per (cost, arm)."""
+    b = steps[0].batch_size
+    fixed = {a.name: drive_arm(a, steps, gates) for a in arms if not a.floor}
+    reaches = [torch.minimum(st.reachable(0), st.max_nodes) for st in steps]
+    ref_reach = int(sum(int(r.sum()) for r in reaches))
+    index = resample_index(len(steps), spec.resamples, spec.seed + b)
+    rows: list[dict[str, Any]] = []
+    for cost in costs:
+        oracle = oracle_run(reaches, cost)
+        cell = []
+        series = {
+            a.name: (fixed[a.name] if not a.floor else drive_arm(a, steps, gates, cost))
+            for a in arms
+        }
+        seconds = {n: s.seconds(cost, b) for n, s in series.items()}
+        tokens = {n: (b + s.accepted).to(torch.float64) for n, s in series.items()}
+        for a in arms:
+            row = _row(a, series[a.name], seconds[a.name], b, oracle, ref_reach)
+            row.update({"trace": trace, "cost_model": cost.name, "batch": b})
+            if "echo" in series:
+                p = paired(tokens[a.name], seconds[a.name], tokens["echo"], seconds["echo"], index)
+                row.update(
+                    {
+                        "diff_vs_echo": p.diff,
+                        "ci95": list(p.diff_ci95),
+                        "ratio_vs_echo": p.ratio,
+                        "ratio_ci95": list(p.ratio_ci95),
+                    }
+                )
+            cell.append(row)
+        plain = next((r["tokens_per_s"] for r in cell if r["arm"] == "plain"), 0.0)
+        for r in cell:
+            r["vs_plain"] = r["tokens_per_s"] / plain if plain else 0.0
+        rows += cell
+        rows += best_of_families(cell)
+        rows.append(
+            {
+                "trace": trace,
+                "cost_model": cost.name,
+                "batch": b,
+                "arm": "oracle",
+                "family": "oracle",
+                "tokens_per_s": oracle.tokens_per_s,
+                "accepted_per_step": float(oracle.accepted.sum()) / len(steps),
+                "calls_per_step": float(oracle.calls.sum()) / len(steps),
+                "eta": 1.0,
+                "vs_plain": oracle.tokens_per_s / plain if plain else 0.0,
+            }
+        )
+    return rows
+
+
+GRID_FAMILIES = ("chain", "static", "eagle2")
+
+
+def best_of_families(cell: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per grid family, its best point in the cell as an extra row ``<family>*`` (hindsight)."""
+    out = []
+    for fam in GRID_FAMILIES:
+        members = [r for r in cell if r["family"] == fam]
+        if members:
+            top = max(members, key=lambda r: r["tokens_per_s"])
+            out.append({**top, "arm": f"{fam}*", "best_of": top["arm"]})
+    return out
+
+
+def compose_steps(
+    rows: Sequence[TraceRow], batch: int, steps: int, seed: int
+) -> list[RecordedStep]:
+    g = torch.Generator().manual_seed(seed * 100_003 + batch)
+    return [compose(rows, batch, g) for _ in range(steps)]
