@@ -73,6 +73,20 @@ def test_a_concave_profile_charges_the_first_rows_their_real_cost() -> None:
     assert got.min_utility == pytest.approx(got.throughput * 0.010)
 
 
+def test_past_the_knee_a_row_costs_the_compute_slope_not_the_secant() -> None:
+    # hinge: 10 ms flat up to T0 = 40 rows, then 1 ms per row; B = 16 verified 2 rows each
+    # (T = 48, past the knee): the secant from T = 16 is 8 ms / 32 rows = 0.25 ms, the next
+    # rows cost 1 ms each.
+    cost = VerifyCostModel(0.010, 0.0, 0.001, 40.0)
+    floor = ElasticFloor(cost)
+    floor.observe(16, verified=32, emitted=24, verify_s=0.018, other_s=0.0, draft_s=0.0, depths=2)
+    got = floor.floor(16)
+    assert got.min_utility == pytest.approx(got.throughput * 0.001)
+    below = ElasticFloor(cost)  # well below the knee both prices are ~0: rows are nearly free
+    below.observe(16, verified=8, emitted=20, verify_s=0.010, other_s=0.0, draft_s=0.0, depths=1)
+    assert below.floor(16).min_utility == pytest.approx(0.0, abs=1e-12)
+
+
 def test_bad_feedback_is_rejected() -> None:
     floor = ElasticFloor(VerifyCostModel(0.02, 0.001, 0.0, 0.0))
     with pytest.raises(CostModelError):

@@ -20,13 +20,15 @@ other work ``o`` (seconds per step), drafter seconds per drafted depth ``t_d``, 
 ``s`` of measured to modelled verify latency (the model is a profile taken once; ``s`` follows
 contention and drift). For a step over B requests it then evaluates, with ``T = B (1 + v)``:
 
-    R = B m / (s t(T) + o),   dt = s (t(T) - t(B)) / (T - B),   u_min = R dt,
-    depth_price = R t_d,
+    R = B m / (s t(T) + o),   u_min = R dt,   depth_price = R t_d,
+    dt = s max( (t(T) - t(B)) / (T - B),  (t(T + h) - t(T)) / h ),   h = max(1, B / 8)
 
-``dt`` being the mean cost of the draft rows actually verified lately (the secant from plain
-decoding), not the slope at T: verify cost is often concave at small T (on a CPU the first rows
-after one cost the most), so the last row's slope would undercharge. When fewer than one row per
-step was verified lately the secant runs over ``max(1, B)`` rows instead.
+``dt`` is the larger of two prices of a row. The secant from plain decoding (the mean cost of the
+draft rows actually verified lately) guards a concave start: on a CPU the first rows after one
+cost the most, so the slope at T alone would undercharge them. The slope just past T is the
+marginal cost once verify is compute-bound (a roofline hinge past its knee, where the secant
+averages in the nearly free rows below the knee and so undercharges the next one). When fewer
+than one row per step was verified lately the secant runs over ``max(1, B)`` rows instead.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from torch import Tensor
 
 from echo_scheduler.cost import LatencyModel
 from echo_scheduler.errors import CostModelError
-from echo_scheduler.interface import StepBatch
+from echo_scheduler.interface import RowPrice, StepBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +80,10 @@ class ElasticFloor:
         if drafts < 1.0:  # little drafting lately: the first rows' secant
             drafts = max(1.0, b)
         plain = self.cost.latency_at(b)
-        marginal = max(self.verify_scale * (self.cost.latency_at(b + drafts) - plain) / drafts, 0.0)
+        secant = (self.cost.latency_at(b + drafts) - plain) / drafts
+        h = max(1.0, b / 8.0)
+        slope = (self.cost.latency_at(rows + h) - self.cost.latency_at(rows)) / h
+        marginal = max(self.verify_scale * max(secant, slope), 0.0)
         return Floor(rate * marginal, rate * self.draft_s_per_depth, rate)
 
     def observe(
@@ -133,9 +138,13 @@ class ElasticFloor:
 
 def step_batch(floor: ElasticFloor | None, budget: int, max_nodes: Tensor) -> StepBatch:
     """The :class:`StepBatch` of a step over ``len(max_nodes)`` requests with budget K, under the
-    floor's current ``min_utility`` and ``depth_price`` (none without a floor)."""
+    floor's current ``min_utility``, ``depth_price`` and row price (run rate R, the scaled verify
+    profile) for the exact cut (none without a floor)."""
     b = int(max_nodes.numel())
     if floor is None:
         return StepBatch(b, budget, max_nodes)
     f = floor.floor(b)
-    return StepBatch(b, budget, max_nodes, min_utility=f.min_utility, depth_price=f.depth_price)
+    price = RowPrice(f.throughput, floor.cost, floor.verify_scale) if f.throughput > 0 else None
+    return StepBatch(
+        b, budget, max_nodes, min_utility=f.min_utility, depth_price=f.depth_price, row_price=price
+    )

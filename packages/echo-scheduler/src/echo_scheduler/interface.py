@@ -39,6 +39,35 @@ from echo_gating.policy import GatePolicy
 from echo_scheduler.errors import PolicyError
 
 
+class LatencyModel(Protocol):
+    """Verify seconds for T rows (echo_scheduler.cost's models and profiles)."""
+
+    def latency_at(self, tokens: float) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RowPrice:
+    """What a verified row costs this step, for a policy's exact cut (echo_scheduler.cut):
+    ``lam`` tokens per second (the run rate a row's time is worth) and ``scale * latency(T)``
+    seconds for T verify rows."""
+
+    rate: float
+    latency: LatencyModel
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.rate < float("inf") and 0.0 < self.scale < float("inf")):
+            raise PolicyError(
+                f"row price needs rate >= 0 and scale > 0, got {self.rate}, {self.scale}"
+            )
+
+    def seconds(self, rows: Tensor) -> Tensor:
+        """``scale * latency(T)`` for every T in ``rows``: float64, same shape."""
+        flat = [self.latency.latency_at(float(t)) for t in rows.flatten().tolist()]
+        out = torch.tensor(flat, dtype=torch.float64, device=rows.device)
+        return self.scale * out.view(rows.shape)
+
+
 @dataclass(frozen=True, slots=True)
 class StepBatch:
     """What a policy is told at the start of a step."""
@@ -48,6 +77,7 @@ class StepBatch:
     max_nodes: Tensor  # [B] int64 >= 0, per-request cap on draft nodes (0 = must not draft)
     min_utility: float = 0.0  # cost floor: verify a node only if its estimated acceptance >= this
     depth_price: float | None = None  # tokens one more drafter call must promise (None: config)
+    row_price: RowPrice | None = None  # the exact cut of the selection (None: no cut)
 
     def __post_init__(self) -> None:
         if self.batch_size < 0:

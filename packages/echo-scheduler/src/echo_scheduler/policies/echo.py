@@ -44,6 +44,9 @@ acceptance a node needs to pay for its verify row: with ``R`` the step's through
 weakest-key bound ``w`` is at least ``u_min``, and ``batch.depth_price`` (when given) replaces
 ``min_depth_gain``. If no depth-1 node could reach ``u_min`` (``m_1(0) <= u_min``) the step is
 not drafted at all: under saturation ECHO falls back to plain decoding at no drafting cost.
+With ``batch.row_price`` (and maps) the selection is finally cut to the rows worth their verify
+time at this step's size (:func:`echo_scheduler.cut.exact_cut`): the floor prices a row from
+recent steps, the cut from the rows actually selected.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from torch import Tensor
 from echo_core.tree import TreeBatch
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
+from echo_scheduler.cut import exact_cut
 from echo_scheduler.gating import apply_gate
 from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch
 from echo_scheduler.policies.frontier import expand_all
@@ -215,7 +219,11 @@ class EchoPolicy(BasePolicy):
         key = self.key(pool, ix)
         order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         caps = self.batch.max_nodes
-        return budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
+        keep = budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
+        price = self.batch.row_price
+        if price is not None and self.gate.acceptance_maps is not None:
+            keep = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
+        return keep
 
     def tiers(self, pool: TreeBatch) -> Tensor:
         """Tier of every node for the current step state (-1 = not eligible): [N] int64."""

@@ -32,6 +32,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.errors import SchedulerError
 from echo_scheduler.replay.arms import Arm, default_arms, select_arms
 from echo_scheduler.replay.costs import SOURCES, StepCost, load_profiled, roofline_costs
+from echo_scheduler.replay.report import markdown_tables
 from echo_scheduler.replay.run import (
     ReplaySpec,
     calibrate_rows,
@@ -67,6 +68,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="echo-sd sim", description=__doc__.splitlines()[0])
     p.add_argument("--traces", type=Path, nargs="+", required=True, metavar="PATH")
     p.add_argument("--json", type=Path, default=None, metavar="OUT")
+    p.add_argument("--markdown", type=Path, default=None, help="also write the summary tables")
     p.add_argument(
         "--cpu-cost",
         type=Path,
@@ -162,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         args.json.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         print(f"json -> {args.json}")
+    if args.markdown:
+        args.markdown.write_text(markdown_tables(rows) + "\n", encoding="utf-8")
+        print(f"markdown -> {args.markdown}")
     print(f"replayed {len(jobs)} cells in {time.perf_counter() - start:.0f} s")
     return 0
 

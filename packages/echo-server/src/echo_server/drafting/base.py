@@ -37,10 +37,10 @@ class Proposals:
     logprob: Tensor  # [C] float32, log q(token | context, path), <= 0
 
     @classmethod
-    def empty(cls) -> Proposals:
+    def empty(cls, device: torch.device | str = "cpu") -> Proposals:
         """No children for any node."""
-        none = torch.zeros(0, dtype=torch.int64)
-        return cls(none, none, torch.zeros(0, dtype=torch.float32))
+        none = torch.zeros(0, dtype=torch.int64, device=device)
+        return cls(none, none, torch.zeros(0, dtype=torch.float32, device=device))
 
 
 @dataclass(frozen=True, slots=True)

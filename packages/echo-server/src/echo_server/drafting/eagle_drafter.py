@@ -88,12 +88,17 @@ class _Tree:
     nodes: dict[tuple[int, ...], _Node] = field(default_factory=dict)
 
 
-def tree_mask(context: int, tree_rows: int, ancestors: Sequence[Sequence[int]]) -> Tensor:
+def tree_mask(
+    context: int,
+    tree_rows: int,
+    ancestors: Sequence[Sequence[int]],
+    device: torch.device | str = "cpu",
+) -> Tensor:
     """[M, context + tree_rows + M] bool: query m (a new node) sees the whole context, the tree
     rows of its ancestors and itself (new row m). Example: context 2, tree row 0 = parent of the
     single new node: ``[[1, 1, 1, 1]]``."""
     m = len(ancestors)
-    mask = torch.zeros(m, context + tree_rows + m, dtype=torch.bool)
+    mask = torch.zeros(m, context + tree_rows + m, dtype=torch.bool, device=device)
     mask[:, :context] = True
     for i, rows in enumerate(ancestors):
         mask[i, [context + r for r in rows]] = True
@@ -113,6 +118,7 @@ class EagleDrafter:
         if not head.attached:
             raise ValueError("the head has no target rows: call head.attach_target first")
         self.head = head.to(dtype).eval()
+        self.device = next(self.head.parameters()).device  # the head's: every tensor lives here
         self.head.pack_for_inference()
         self.aux_layers: tuple[int, ...] = head.config.aux_layers
         self.dtype = dtype
@@ -127,16 +133,17 @@ class EagleDrafter:
         cu = feedback.cu_rows.tolist()
         if cu[-1] == 0:
             return
-        tokens = feedback.tokens.cpu()
-        positions = feedback.positions.cpu()
-        nxt = feedback.next_token.cpu()
+        dev = self.device
+        tokens = feedback.tokens.to(dev)
+        positions = feedback.positions.to(dev)
+        nxt = feedback.next_token.to(dev)
         following = torch.cat([tokens[1:], tokens[:1]])  # x_{t+1} inside each request's rows
-        last = torch.tensor(cu[1:], dtype=torch.int64) - 1
-        live = torch.diff(torch.tensor(cu)) > 0
+        last = torch.tensor(cu[1:], dtype=torch.int64, device=dev) - 1
+        live = torch.diff(torch.tensor(cu, device=dev)) > 0
         following[last[live]] = nxt[live]
         head = self.head
         aux = self._aux(feedback)
-        x = head.fuse(feedback.hidden.to(self.dtype).cpu(), following, aux)
+        x = head.fuse(feedback.hidden.to(dev, self.dtype), following, aux)
         q, k, v = head.project(x, positions + 1)
         attn = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
         for b, rid in enumerate(feedback.request_ids):
@@ -150,8 +157,8 @@ class EagleDrafter:
                 )
             n, c = hi - lo, ctx.length
             ctx.append(k[lo:hi], v[lo:hi])
-            mask = torch.ones(n, c + n, dtype=torch.bool)
-            mask[:, c:] = torch.ones(n, n, dtype=torch.bool).tril()
+            mask = torch.ones(n, c + n, dtype=torch.bool, device=dev)
+            mask[:, c:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
             attn[lo:hi] = self._attend(q[lo:hi], ctx.k[: c + n], ctx.v[: c + n], mask)
             ctx.root_pos = int(positions[hi - 1]) + 1
         rows = last[live]
@@ -170,7 +177,7 @@ class EagleDrafter:
                 f"the head reads target layers {list(self.aux_layers)} but the engine sent "
                 f"{len(feedback.aux)} aux features"
             )
-        return torch.cat([a.to(self.dtype).cpu() for a in feedback.aux], dim=-1)
+        return torch.cat([a.to(self.device, self.dtype) for a in feedback.aux], dim=-1)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """q [M, Hq, D], k/v [L, Hkv, D], mask [M, L] -> [M, Hq * D]."""
@@ -221,8 +228,9 @@ class EagleDrafter:
             parents.append(() if parent is None else parent.rows)
             toks.append(path[-1])
             pos.append(ctx.root_pos + len(path))
-        x = head.fuse(torch.stack(feats), torch.tensor(toks, dtype=torch.int64))
-        q, k, v = head.project(x, torch.tensor(pos, dtype=torch.int64))
+        dev = self.device
+        x = head.fuse(torch.stack(feats), torch.tensor(toks, dtype=torch.int64, device=dev))
+        q, k, v = head.project(x, torch.tensor(pos, dtype=torch.int64, device=dev))
         attn = q.new_empty(len(todo), q.shape[1] * q.shape[2])
         by_request: dict[int, list[int]] = {}
         for i, m in enumerate(todo):
@@ -232,7 +240,7 @@ class EagleDrafter:
             assert ctx is not None
             keys = [ctx.k[: ctx.length], *(r[None] for r in tree.k), k[idx]]
             vals = [ctx.v[: ctx.length], *(r[None] for r in tree.v), v[idx]]
-            mask = tree_mask(ctx.length, len(tree.k), [parents[i] for i in idx])
+            mask = tree_mask(ctx.length, len(tree.k), [parents[i] for i in idx], dev)
             attn[idx] = self._attend(q[idx], torch.cat(keys), torch.cat(vals), mask)
         out = head.finish(x, attn)
         logprob = torch.log_softmax(head.logits(out).float(), dim=-1)
@@ -248,12 +256,14 @@ class EagleDrafter:
     def _proposals(self, logprobs: Sequence[Tensor | None], topk: Sequence[int]) -> Proposals:
         have = [m for m, lp in enumerate(logprobs) if lp is not None]
         if not have:
-            return Proposals.empty()
+            return Proposals.empty(self.device)
         stacked = torch.stack([lp for lp in logprobs if lp is not None])
-        ks = torch.tensor([topk[m] for m in have], dtype=torch.int64).clamp(max=stacked.shape[1])
+        dev = self.device
+        ks = torch.tensor([topk[m] for m in have], dtype=torch.int64, device=dev)
+        ks = ks.clamp(max=stacked.shape[1])
         values, index = torch.topk(stacked, int(ks.max()), dim=-1)
-        keep = torch.arange(values.shape[1])[None, :] < ks[:, None]
-        source = torch.tensor(have, dtype=torch.int64)[:, None].expand_as(values)
+        keep = torch.arange(values.shape[1], device=dev)[None, :] < ks[:, None]
+        source = torch.tensor(have, dtype=torch.int64, device=dev)[:, None].expand_as(values)
         return Proposals(
             source=source[keep],
             token=self.head.target_ids(index[keep]),

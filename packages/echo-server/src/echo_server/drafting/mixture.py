@@ -74,10 +74,11 @@ class MixtureDrafter:
                 source.append(m)
                 token.append(tok)
                 logprob.append(lp)
+        host = torch.device("cpu")  # merged on the host; the engine moves them once per depth
         return Proposals(
-            source=torch.tensor(source, dtype=torch.int64),
-            token=torch.tensor(token, dtype=torch.int64),
-            logprob=torch.tensor(logprob, dtype=torch.float32),
+            source=torch.tensor(source, dtype=torch.int64, device=host),
+            token=torch.tensor(token, dtype=torch.int64, device=host),
+            logprob=torch.tensor(logprob, dtype=torch.float32, device=host),
         )
 
     def release(self, request_id: str) -> None:

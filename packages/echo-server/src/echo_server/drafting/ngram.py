@@ -90,10 +90,11 @@ class NgramDrafter:
                 source.append(m)
                 token.append(tok)
                 logprob.append(math.log(c / denom))
+        host = torch.device("cpu")  # a host drafter: the engine moves proposals once per depth
         return Proposals(
-            source=torch.tensor(source, dtype=torch.int64),
-            token=torch.tensor(token, dtype=torch.int64),
-            logprob=torch.tensor(logprob, dtype=torch.float32),
+            source=torch.tensor(source, dtype=torch.int64, device=host),
+            token=torch.tensor(token, dtype=torch.int64, device=host),
+            logprob=torch.tensor(logprob, dtype=torch.float32, device=host),
         )
 
     def observe(self, feedback: TargetFeedback) -> None:

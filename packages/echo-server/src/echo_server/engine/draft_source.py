@@ -60,12 +60,13 @@ class DrafterSource:
     def grow(self, pool: TreeBatch, plan: DraftPlan) -> TreeBatch:
         request = expand_request(pool, plan)
         proposals = self.drafter.expand(request)
-        src = proposals.source
+        dev = pool.device  # a host drafter's proposals cross to the pool's device once here
+        src = proposals.source.to(dev)
         parent = torch.full_like(src, ROOT) if plan.root_topk is not None else plan.expand[src]
         children = Children(
             request=request.request[src],
             parent=parent,
-            token=proposals.token,
-            draft_logprob=proposals.logprob,
+            token=proposals.token.to(dev),
+            draft_logprob=proposals.logprob.to(dev),
         )
         return grow_pool(pool, children)

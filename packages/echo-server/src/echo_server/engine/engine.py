@@ -74,6 +74,7 @@ class Engine:
         self.policy, self.drafter = policy, drafter
         self.config = cfg = config or EngineConfig()
         mc, dtype, device = model.config, model.dtype, model.device
+        self.device = device  # every per-step tensor of the engine lives here
         self.kv = KVPool(mc, cfg.kv_slots, cfg.max_batch, cfg.max_context, dtype, device)
         self.budget = StepBudget.for_model(cfg.budget, model)
         self.elastic = ElasticFloor(load_or_measure_profile(model)) if cfg.elastic else None
@@ -187,13 +188,15 @@ class Engine:
         try:
             self.drafter.begin_step([s.context for s in batch], [s.request_id for s in batch])
             # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
-            caps = torch.tensor([max(s.remaining - 1, 0) for s in batch], dtype=torch.int64)
+            caps = torch.tensor(
+                [max(s.remaining - 1, 0) for s in batch], dtype=torch.int64, device=self.device
+            )
             step = step_batch(self.elastic, self.budget_k(len(batch)), caps)
             source = DrafterSource(self.drafter)
             driven = drive_step(self.policy, source, step, max_depth=self.config.max_depth)
             timer.mark("draft")
             handles = [s.kv for s in batch if s.kv is not None]
-            roots = torch.tensor([s.root for s in batch], dtype=torch.int64)
+            roots = torch.tensor([s.root for s in batch], dtype=torch.int64, device=self.device)
             tree, aux = driven.tree, self.drafter.aux_layers
             out = verify_pass(self.model, self.kv, handles, roots, tree, aux)
             slots = out.slots
@@ -216,7 +219,9 @@ class Engine:
         self.drafter.observe(feedback(ids, out, keep, result.bonus_token))
         self.policy.observe(StepOutcome(n_acc, tree.nodes_per_request()))
         timer.mark("commit")
-        root_positions = torch.tensor([len(s.context) - 1 for s in batch], dtype=torch.int64)
+        root_positions = torch.tensor(  # host bookkeeping for the step report
+            [len(s.context) - 1 for s in batch], dtype=torch.int64, device="cpu"
+        )
         counts = zip(n_acc.tolist(), tree.nodes_per_request().tolist(), strict=True)
         events = []
         for state, tokens, (a, n) in zip(batch, result.emitted_tokens(tree), counts, strict=True):
@@ -246,7 +251,8 @@ class Engine:
         out = prefill(self.model, self.kv, admitted, self.drafter.aux_layers)
         first = [first_token(s, out.logits[b]) for b, s in enumerate(admitted)]
         ids = [s.request_id for s in admitted]
-        self.drafter.observe(feedback(ids, out, None, torch.tensor(first, dtype=torch.int64)))
+        first_t = torch.tensor(first, dtype=torch.int64, device=self.device)
+        self.drafter.observe(feedback(ids, out, None, first_t))
         events = []
         for state, token in zip(admitted, first, strict=True):
             state.phase = Phase.RUNNING

@@ -81,8 +81,8 @@ class VerifiedStep:
         tree = driven.tree
         return cls(
             request_ids=tuple(s.request_id for s in batch),
-            serials=torch.tensor([s.serial for s in batch], dtype=torch.int64),
-            request_steps=torch.tensor([s.steps for s in batch], dtype=torch.int64),
+            serials=torch.tensor([s.serial for s in batch], dtype=torch.int64, device="cpu"),
+            request_steps=torch.tensor([s.steps for s in batch], dtype=torch.int64, device="cpu"),
             root_positions=root_positions,
             budget=step.budget,
             max_nodes=step.max_nodes,

@@ -48,8 +48,8 @@ def prefill(
     rows = [len(s.prompt_ids) for s in states]
     slots = kv.allocate(sum(rows))
     batch = kv.attention_batch(handles, rows, slots)
-    tokens = torch.tensor([t for s in states for t in s.prompt_ids], dtype=torch.int64)
-    tokens = tokens.to(model.device)
+    prompt = [t for s in states for t in s.prompt_ids]
+    tokens = torch.tensor(prompt, dtype=torch.int64, device=model.device)
     positions = ragged_positions(batch)
     out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
     logits = model.logits(out.hidden, batch.cu_rows[1:] - 1)
@@ -67,7 +67,7 @@ def verify_pass(
 ) -> PassOutput:
     """One target forward over every request's root + tree rows (K/V written, not committed)."""
     b, n = tree.batch_size, tree.num_nodes
-    tokens = torch.empty(b + n, dtype=torch.int64)
+    tokens = torch.empty(b + n, dtype=torch.int64, device=model.device)
     tokens[root_rows(tree)] = roots
     tokens[node_rows(tree)] = tree.token
     rows = (tree.nodes_per_request() + 1).tolist()

@@ -106,8 +106,8 @@ def make_batch(
             f"{tuple(new_mask.shape)} {new_mask.dtype}"
         )
     dev = slot_table.device
-    cu = torch.zeros(len(rows) + 1, dtype=torch.int64)
-    cu[1:] = torch.cumsum(torch.tensor(rows, dtype=torch.int64), 0)
+    cu = torch.zeros(len(rows) + 1, dtype=torch.int64, device=dev)
+    cu[1:] = torch.cumsum(torch.tensor(rows, dtype=torch.int64, device=dev), 0)
     return AttentionBatch(
         cu_rows=cu.to(dev),
         cache_len=torch.tensor(list(cache_lens), dtype=torch.int64, device=dev),
@@ -140,8 +140,9 @@ def tree_row_mask(tree: TreeBatch) -> Tensor:
     """
     anc = ancestor_mask(tree)  # [N, max_nodes]
     width = anc.shape[1] + 1
-    mask = torch.zeros(tree.batch_size + tree.num_nodes, width, dtype=torch.bool)
-    mask = mask.to(tree.device)
+    mask = torch.zeros(
+        tree.batch_size + tree.num_nodes, width, dtype=torch.bool, device=tree.device
+    )
     mask[root_rows(tree), 0] = True
     rows = node_rows(tree)
     mask[rows, 0] = True

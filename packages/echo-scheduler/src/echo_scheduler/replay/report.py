@@ -1,0 +1,59 @@
+"""Markdown tables of a replay (``echo-sd sim --traces ... --markdown OUT``).
+
+One table per cost model, one line per (trace, B): plain decoding's rate, ECHO's speedup over
+it, the best fixed baseline (the best point of the chain, static and EAGLE-2 grids, chosen in
+hindsight) and ECHO's ratio to it with the paired 95% interval, the three ablations as ratios
+to ECHO, and eta of ECHO and of that baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from echo_scheduler.replay.run import GRID_FAMILIES
+
+
+def _cells(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for r in rows:
+        out.setdefault((r["cost_model"], r["trace"], r["batch"]), {})[r["arm"]] = r
+    return out
+
+
+def _vs(arms: dict[str, Any], name: str) -> str:
+    return f"{arms[name]['ratio_vs_echo']:.3f}" if name in arms else "-"
+
+
+def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
+    lines: list[str] = []
+    cells = _cells(rows)
+    for cost in dict.fromkeys(k[0] for k in cells):
+        lines += [
+            f"\n**{cost}**\n",
+            "| trace | B | plain tok/s | ECHO x plain | best fixed | ECHO / best [95% CI] "
+            "| no gate / ECHO | dense / ECHO | fixed / ECHO | eta ECHO | eta best |",
+            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for (c, trace, b), arms in cells.items():
+            if c != cost or "echo" not in arms:
+                continue
+            echo = arms["echo"]
+            best = max(
+                (arms[f"{f}*"] for f in GRID_FAMILIES if f"{f}*" in arms),
+                key=lambda r: r["tokens_per_s"],
+                default=None,
+            )
+            if best is None:
+                continue
+            lo, hi = best["ratio_ci95"]  # best / echo: invert for echo / best
+
+            lines.append(
+                f"| {trace} | {b} | {arms['plain']['tokens_per_s']:,.0f} | "
+                f"{echo['vs_plain']:.2f} | {best['best_of']} | "
+                f"{1 / best['ratio_vs_echo']:.3f} [{1 / hi:.3f}, {1 / lo:.3f}] | "
+                f"{_vs(arms, 'echo_nogate')} | {_vs(arms, 'echo_dense')} | "
+                f"{_vs(arms, 'echo_fixed')} | "
+                f"{echo['eta']:.2f} | {best['eta']:.2f} |"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,60 @@
+"""The exact per-step cut of a selection (echo_scheduler.cut)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from echo_scheduler.cost import ProfileCost, VerifyCostModel
+from echo_scheduler.cut import exact_cut
+from echo_scheduler.interface import RowPrice
+
+
+def test_docstring_example_keeps_the_two_rows_that_pay() -> None:
+    cost = ProfileCost((2.0, 3.0, 4.0, 5.0), (0.010, 0.010, 0.011, 0.012))
+    keep = exact_cut(torch.tensor([0.9, 0.5, 0.05]), torch.ones(3, dtype=torch.bool), 2,
+                     RowPrice(100.0, cost))  # fmt: skip
+    assert keep.tolist() == [True, True, False]
+
+
+def test_cut_is_the_best_prefix_by_brute_force() -> None:
+    g = torch.Generator().manual_seed(0)
+    hinge = VerifyCostModel(0.010, 0.0001, 0.002, 12.0)  # flat-ish, then steep past 12 rows
+    for _ in range(20):
+        key = torch.rand(10, generator=g)
+        keep = torch.rand(10, generator=g) < 0.8
+        rate = float(torch.rand(1, generator=g)) * 400
+        got = exact_cut(key, keep, 4, RowPrice(rate, hinge))
+        vals = sorted(key[keep].tolist(), reverse=True)
+        worth = [sum(vals[:k]) - rate * hinge.latency_at(4 + k) for k in range(len(vals) + 1)]
+        assert int(got.sum()) == max(range(len(worth)), key=lambda k: (worth[k], -k))
+        assert bool((got <= keep).all())
+
+
+def test_equal_keys_are_kept_or_cut_together() -> None:
+    # a parent and its child with the same (min-propagated) key: never split between them
+    cost = VerifyCostModel(0.010, 0.0, 0.001, 0.0)
+    key = torch.tensor([0.6, 0.3, 0.3])
+    for rate, expect in ((100.0, [True, True, True]), (450.0, [True, False, False])):
+        assert exact_cut(
+            key, torch.ones(3, dtype=torch.bool), 1, RowPrice(rate, cost)
+        ).tolist() == (expect)
+
+
+@pytest.mark.parametrize("rate", [0.0, 1e6])
+def test_free_rows_keep_everything_and_dear_rows_nothing(rate: float) -> None:
+    cost = VerifyCostModel(0.010, 0.0, 0.001, 0.0)
+    keep = torch.tensor([True, True, False, True])
+    got = exact_cut(torch.tensor([0.5, 0.4, 0.9, 0.2]), keep, 2, RowPrice(rate, cost))
+    assert got.tolist() == (keep.tolist() if rate == 0.0 else [False] * 4)
+
+
+def test_row_price_rejects_nonsense() -> None:
+    cost = VerifyCostModel(0.010, 0.0, 0.001, 0.0)
+    for rate, scale in itertools.product((-1.0, float("inf")), (1.0,)):
+        with pytest.raises(ValueError, match="row price"):
+            RowPrice(rate, cost, scale)
+    with pytest.raises(ValueError, match="row price"):
+        RowPrice(1.0, cost, 0.0)
