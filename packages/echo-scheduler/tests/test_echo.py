@@ -13,7 +13,9 @@ from echo_gating.signals import layer_confidence
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.policies.echo import DEPTH, WIDTH, EchoPolicy
 from echo_scheduler.ranking import key_order, path_score, top_per_request
-from echo_scheduler.simulator import drive
+from echo_scheduler.driver import DrivenStep, drive_step
+from echo_scheduler.interface import StepBatch
+from echo_scheduler.simulator import SimSource, drive
 from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
 
 FAST = settings(max_examples=60, deadline=None)
@@ -174,3 +176,17 @@ def test_the_depth_price_limits_how_deep_echo_drafts() -> None:
     ]
     assert calls[0] >= calls[1] >= calls[2] == 0  # no depth promises a million tokens
     assert calls[0] > 1
+
+
+def test_a_node_price_prunes_expansions_that_cannot_pay_their_drafter_row() -> None:
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), _calibrated_gate())
+    step = _step(5, 4)
+
+    def run(price: float) -> DrivenStep:
+        batch = StepBatch(4, 100, step.max_nodes, min_utility=0.01, node_price=price)
+        return drive_step(policy, SimSource(step), batch, strict=True)
+
+    free, mid, dear = run(0.0), run(0.4), run(0.95)
+    assert dear.depths == 0  # the best depth-1 estimate, 0.9, is below 0.01 + 0.95
+    assert 0 < mid.expansions <= free.expansions
+    assert mid.depths <= free.depths

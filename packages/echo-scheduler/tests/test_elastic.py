@@ -87,6 +87,30 @@ def test_past_the_knee_a_row_costs_the_compute_slope_not_the_secant() -> None:
     assert below.floor(16).min_utility == pytest.approx(0.0, abs=1e-12)
 
 
+def test_drafting_splits_into_a_price_per_call_and_per_node() -> None:
+    # 1 ms per drafter call + 0.5 ms per expanded node, observed over steps of varied shape
+    cost = VerifyCostModel(0.020, 0.002, 0.0, 0.0)
+    floor = ElasticFloor(cost)
+    assert floor.draft_split() is None  # nothing observed yet
+    for calls, nodes in ((1, 4), (3, 20), (2, 6), (4, 40), (1, 1)):
+        draft = 0.001 * calls + 0.0005 * nodes
+        floor.observe(4, 8, 6, 0.044, draft, draft, calls, expansions=nodes)
+    call, node = floor.draft_split() or (0.0, 0.0)
+    assert call == pytest.approx(0.001, rel=1e-6)
+    assert node == pytest.approx(0.0005, rel=1e-6)
+    got = floor.floor(4)
+    assert got.depth_price == pytest.approx(got.throughput * 0.001, rel=1e-6)
+    assert got.node_price == pytest.approx(got.throughput * 0.0005, rel=1e-6)
+
+
+def test_proportional_calls_and_nodes_cannot_be_split() -> None:
+    floor = ElasticFloor(VerifyCostModel(0.020, 0.002, 0.0, 0.0))
+    for calls in (1, 2, 3):
+        floor.observe(4, 8, 6, 0.044, 0.003 * calls, 0.003 * calls, calls, expansions=4 * calls)
+    assert floor.draft_split() is None
+    assert floor.floor(4).node_price is None  # the per-depth average prices a call instead
+
+
 def test_bad_feedback_is_rejected() -> None:
     floor = ElasticFloor(VerifyCostModel(0.02, 0.001, 0.0, 0.0))
     with pytest.raises(CostModelError):

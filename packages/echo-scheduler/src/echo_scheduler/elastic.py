@@ -9,7 +9,9 @@ throughput ``R(k) = (B + G(k)) / (t(B + k) + o)`` grows with one more row of uti
 
 so ``u_min = R * dt`` is the *cost floor*: nodes below it cost more time than they earn. In the
 same currency one more drafter call (``t_d`` seconds) must promise ``R * t_d`` tokens: the depth
-price. Both change every step with the batch size and the load, which is what makes K elastic:
+price; once steps report their expansions, drafting is split into ``c_call`` per call and
+``c_node`` per expanded node (:meth:`ElasticFloor.draft_split`), and the depth price becomes
+``R c_call`` with a node price ``R c_node`` that each expanded node must promise. Both change every step with the batch size and the load, which is what makes K elastic:
 at batch 1 on a memory-bound device ``dt`` is tiny and the floor is low; at saturation
 (compute-bound, ``dt ~ t(T)/T``) it rises to about one accepted token per request-row, and a
 policy honouring it (ECHO) stops drafting and decodes plainly.
@@ -51,6 +53,7 @@ class Floor:
     min_utility: float  # u_min, expected accepted tokens a verified row must bring
     depth_price: float  # tokens one more drafter call must promise
     throughput: float  # R, the predicted tokens per second of the step
+    node_price: float | None = None  # tokens one more expanded node must promise (its row)
 
 
 class ElasticFloor:
@@ -67,6 +70,7 @@ class ElasticFloor:
         self.draft_s_per_depth = 0.0  # t_d
         self.verify_scale = 1.0  # s
         self.steps = 0
+        self._draft_moments: list[float] | None = None  # EMA of c^2, ce, e^2, cs, es
 
     def floor(self, batch_size: int) -> Floor:
         """u_min, the depth price and R for a step over ``batch_size`` requests."""
@@ -84,7 +88,30 @@ class ElasticFloor:
         h = max(1.0, b / 8.0)
         slope = (self.cost.latency_at(rows + h) - self.cost.latency_at(rows)) / h
         marginal = max(self.verify_scale * max(secant, slope), 0.0)
-        return Floor(rate * marginal, rate * self.draft_s_per_depth, rate)
+        split = self.draft_split()
+        if split is None:
+            return Floor(rate * marginal, rate * self.draft_s_per_depth, rate)
+        per_call, per_node = split
+        return Floor(rate * marginal, rate * per_call, rate, rate * per_node)
+
+    def draft_split(self) -> tuple[float, float] | None:
+        """``(c_call, c_node)``: drafter seconds per call and per expanded node, the weighted
+        least-squares fit of ``draft_s ~ c_call calls + c_node expansions`` over the observed
+        steps (weights decaying by ``1 - alpha``), both >= 0; None before any step reported its
+        expansions, or while calls and expansions were always proportional."""
+        m = self._draft_moments
+        if m is None:
+            return None
+        cc, ce, ee, cs, es = m
+        det = cc * ee - ce * ce
+        if cc <= 0 or ee <= 0 or det <= 1e-9 * cc * ee:
+            return None
+        call, node = (cs * ee - es * ce) / det, (es * cc - cs * ce) / det
+        if call < 0:
+            return 0.0, max(es / ee, 0.0)
+        if node < 0:
+            return max(cs / cc, 0.0), 0.0
+        return call, node
 
     def observe(
         self,
@@ -95,8 +122,10 @@ class ElasticFloor:
         other_s: float,
         draft_s: float,
         depths: int,
+        expansions: int | None = None,
     ) -> None:
-        """One finished step: B, draft rows verified, tokens emitted, and its phase times."""
+        """One finished step: B, draft rows verified, tokens emitted, its phase times, drafter
+        calls (``depths``) and, when known, nodes expanded (for :meth:`draft_split`)."""
         values = (verify_s, other_s, draft_s)
         if batch_size <= 0 or min(verified, emitted, depths) < 0:
             raise CostModelError(
@@ -117,6 +146,16 @@ class ElasticFloor:
             per_depth = draft_s / depths
             first = self.draft_s_per_depth == 0.0
             self.draft_s_per_depth += (1.0 if first else a) * (per_depth - self.draft_s_per_depth)
+            if expansions is not None and expansions >= 0:
+                c, e = float(depths), float(expansions)
+                sample = [c * c, c * e, e * e, c * draft_s, e * draft_s]
+                if self._draft_moments is None:
+                    self._draft_moments = sample
+                else:
+                    self._draft_moments = [
+                        m + self.alpha * (x - m)
+                        for m, x in zip(self._draft_moments, sample, strict=True)
+                    ]
         self.steps += 1
 
     def observe_phases(
@@ -126,13 +165,15 @@ class ElasticFloor:
         emitted: int,
         phase_s: Mapping[str, float],
         depths: int,
+        expansions: int | None = None,
     ) -> None:
         """:meth:`observe` from a step's wall time per phase: ``verify``, ``draft`` and the rest
         (every other phase) as ``other_s``."""
         verify = phase_s.get("verify", 0.0)
         other = sum(phase_s.values()) - verify
         self.observe(
-            batch_size, verified, emitted, verify, other, phase_s.get("draft", 0.0), depths
+            batch_size, verified, emitted, verify, other, phase_s.get("draft", 0.0), depths,
+            expansions,
         )
 
 
@@ -146,5 +187,11 @@ def step_batch(floor: ElasticFloor | None, budget: int, max_nodes: Tensor) -> St
     f = floor.floor(b)
     price = RowPrice(f.throughput, floor.cost, floor.verify_scale) if f.throughput > 0 else None
     return StepBatch(
-        b, budget, max_nodes, min_utility=f.min_utility, depth_price=f.depth_price, row_price=price
+        b,
+        budget,
+        max_nodes,
+        min_utility=f.min_utility,
+        depth_price=f.depth_price,
+        row_price=price,
+        node_price=f.node_price,
     )

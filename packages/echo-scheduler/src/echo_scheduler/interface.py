@@ -78,14 +78,17 @@ class StepBatch:
     min_utility: float = 0.0  # cost floor: verify a node only if its estimated acceptance >= this
     depth_price: float | None = None  # tokens one more drafter call must promise (None: config)
     row_price: RowPrice | None = None  # the exact cut of the selection (None: no cut)
+    node_price: float | None = None  # tokens one more expanded node must promise (None: free)
 
     def __post_init__(self) -> None:
         if self.batch_size < 0:
             raise PolicyError(f"batch_size must be >= 0, got {self.batch_size}")
         if not 0.0 <= self.min_utility < float("inf"):
             raise PolicyError(f"min_utility must be finite and >= 0, got {self.min_utility}")
-        if self.depth_price is not None and not 0.0 <= self.depth_price < float("inf"):
-            raise PolicyError(f"depth_price must be finite and >= 0, got {self.depth_price}")
+        for name in ("depth_price", "node_price"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= value < float("inf"):
+                raise PolicyError(f"{name} must be finite and >= 0, got {value}")
         if self.budget < 0:
             raise PolicyError(f"budget must be >= 0, got {self.budget}")
         m = self.max_nodes

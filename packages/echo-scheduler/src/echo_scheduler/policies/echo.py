@@ -42,8 +42,11 @@ acceptance a node needs to pay for its verify row: with ``R`` the step's through
 ``dt`` the marginal verify latency of one more row, ``d/dk [(B + G(k)) / t(B + k)] >= 0`` iff
 ``u_k >= R * dt`` (see echo_scheduler.elastic). Nodes with ``u' < u_min`` are not eligible, the
 weakest-key bound ``w`` is at least ``u_min``, and ``batch.depth_price`` (when given) replaces
-``min_depth_gain``. If no depth-1 node could reach ``u_min`` (``m_1(0) <= u_min``) the step is
-not drafted at all: under saturation ECHO falls back to plain decoding at no drafting cost.
+``min_depth_gain``; with ``batch.node_price`` each expanded node must promise that much beyond
+``w`` (its drafter row) and the depth's gain is counted net of it. If no depth-1 node could pay
+its row (``m_1(0) - u_min - node price <= 0``, or the batch's roots together not the depth price:
+a root's children bring at most one token between them) the step is not drafted at all: under
+saturation ECHO falls back to plain decoding at no drafting cost.
 With ``batch.row_price`` (and maps) the selection is finally cut to the rows worth their verify
 time at this step's size (:func:`echo_scheduler.cut.exact_cut`): the floor prices a row from
 recent steps, the cut from the rows actually selected.
@@ -114,10 +117,10 @@ class EchoPolicy(BasePolicy):
             one = torch.ones(1, dtype=torch.int64, device=batch.max_nodes.device)
             best = float(maps.expected_accept(one, torch.zeros(1, device=one.device))[0])
             live = int((batch.max_nodes > 0).sum())
-            if best <= batch.min_utility or live * width * (best - batch.min_utility) < (
-                self._depth_price()
-            ):
-                width = 0  # not even the best depth-1 draft pays for its row: plain decoding
+            # siblings exclude each other: a root's children bring at most one token together
+            per_root = best - batch.min_utility - (batch.node_price or 0.0)
+            if per_root <= 0 or live * per_root < self._depth_price():
+                width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
     def _depth_price(self) -> float:
@@ -166,8 +169,11 @@ class EchoPolicy(BasePolicy):
         candidates = kept & at_depth & (active & (held < caps))[ix.req]
         if full or self.batch.min_utility > 0:
             candidates &= bound >= weakest
+        if self.batch.node_price is not None:  # each expanded node pays for its drafter row
+            candidates &= guess - weakest > self.batch.node_price
         nodes = (ranks_in_order(order.group, order.grouped, candidates) < k0).nonzero().squeeze(1)
-        gain = float((guess[nodes] - weakest).clamp(min=0).sum())
+        node_price = self.batch.node_price or 0.0
+        gain = float((guess[nodes] - weakest - node_price).clamp(min=0).sum())
         if nodes.numel() == 0 or gain < self._depth_price():
             return DraftPlan.finished(pool.device)
         return expand_all(nodes, width)

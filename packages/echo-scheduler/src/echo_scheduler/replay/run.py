@@ -126,7 +126,10 @@ def drive_arm(
         acc, ver = int(lengths.sum()), int(verified.sum())
         if floor is not None and cost is not None:
             draft = cost.draft_s(run.depths, run.expansions)
-            floor.observe(b, ver, b + acc, cost.verify_s(b, b + ver), draft, draft, run.depths)
+            floor.observe(
+                b, ver, b + acc, cost.verify_s(b, b + ver), draft, draft, run.depths,
+                run.expansions,
+            )
         reach = int(torch.minimum(own, st.max_nodes).sum())
         out.append([acc, ver, run.depths, run.expansions, reach])
     cols = torch.tensor(out, dtype=torch.int64).reshape(-1, 5).T

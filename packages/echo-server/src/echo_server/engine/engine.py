@@ -238,7 +238,9 @@ class Engine:
         emitted = sum(len(e.token_ids) for e in events)
         phases, depths = dict(timer.seconds), spec.driven.depths
         if self.elastic is not None:
-            self.elastic.observe_phases(len(batch), tree.num_nodes, emitted, phases, depths)
+            self.elastic.observe_phases(
+                len(batch), tree.num_nodes, emitted, phases, depths, spec.driven.expansions
+            )
         verified = VerifiedStep.of(batch, spec.step, spec.driven, result, root_positions)
         return StepReport(events, 0, emitted, verified.stats.totals, phases, (verified,))
 
