@@ -11,10 +11,10 @@ from echo_gating.maps import AcceptanceMaps, DepthMap
 from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.signals import layer_confidence
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.policies.echo import DEPTH, WIDTH, EchoPolicy
-from echo_scheduler.ranking import key_order, path_score, top_per_request
 from echo_scheduler.driver import DrivenStep, drive_step
 from echo_scheduler.interface import StepBatch
+from echo_scheduler.policies.echo import DEPTH, WIDTH, EchoPolicy
+from echo_scheduler.ranking import key_order, path_score, top_per_request
 from echo_scheduler.simulator import SimSource, drive
 from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
 

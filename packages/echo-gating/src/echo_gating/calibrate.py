@@ -61,6 +61,9 @@ class CalibrationConfig:
     map_bins: int = 64
     overlap_bins: int = 20
     label: str | None = None  # policy version; None: content hash
+    label_rule: str = (
+        "reached"  # gate labels: reached / next / conditional (GateSamples.relabelled)
+    )
     calibrated_for: Mapping[str, str] = field(default_factory=dict)  # merged over records.meta
 
     def __post_init__(self) -> None:
@@ -71,6 +74,10 @@ class CalibrationConfig:
         if self.fixed_threshold is not None and not 0.0 <= self.fixed_threshold <= 1.0:
             raise CalibrationError(
                 f"fixed_threshold must lie in [0, 1], got {self.fixed_threshold}"
+            )
+        if self.label_rule not in ("reached", "next", "conditional"):
+            raise CalibrationError(
+                f"label_rule must be reached, next or conditional, got {self.label_rule!r}"
             )
         if self.min_depth < 1 or self.map_bins < 1 or self.overlap_bins < 1:
             raise CalibrationError("min_depth, map_bins and overlap_bins must be >= 1")
@@ -98,7 +105,7 @@ def calibration_report(
         min_samples=cfg.min_class_count,
     )
     gates = calibrate_gates(
-        gate_samples(records),
+        gate_samples(records).relabelled(cfg.label_rule),
         cfg,
         max_depth=max_depth,
         acceptance_maps=maps,

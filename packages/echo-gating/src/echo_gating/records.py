@@ -64,9 +64,46 @@ class GateSamples:
     depth: Tensor  # [m] int64, >= 1
     confidence: Tensor  # [m] float32 layer confidence
     accepted: Tensor  # [m] bool, the request's depth-d token was accepted
+    request_id: Tensor | None = None  # [m] int64, when known (gate_samples fills it)
+    step: Tensor | None = None  # [m] int64
 
     def __len__(self) -> int:
         return int(self.depth.numel())
+
+    def relabelled(self, rule: str) -> GateSamples:
+        """The samples for a gate at depth d under label ``rule``:
+
+        - ``reached``: accepted length >= d (as recorded);
+        - ``next``: accepted length >= d + 1, the depths a truncation at d removes (samples at
+          the deepest recorded depth of their (request, step) are dropped: unknown);
+        - ``conditional``: ``next`` among the samples that reached d only (how well confidence
+          separates, given the request got this far: the measure that sees drift).
+        """
+        if rule == "reached":
+            return self
+        if rule not in ("next", "conditional"):
+            raise CalibrationError(f"unknown gate label rule {rule!r}")
+        if self.request_id is None or self.step is None:
+            raise CalibrationError("relabelling needs request ids and steps (use gate_samples)")
+        if len(self) == 0:
+            return self
+        _, pair = torch.unique(
+            torch.stack([self.request_id, self.step]), dim=1, return_inverse=True
+        )
+        key = pair * (int(self.depth.max()) + 2) + self.depth  # depth + 1 stays in the pair
+        order = torch.argsort(key)
+        sorted_key = key[order]
+        at = torch.searchsorted(sorted_key, key + 1).clamp(max=max(len(self) - 1, 0))
+        has_next = sorted_key[at] == key + 1
+        nxt = self.accepted[order[at]] & has_next
+        keep = has_next & (self.accepted if rule == "conditional" else torch.ones_like(has_next))
+        return GateSamples(
+            depth=self.depth[keep],
+            confidence=self.confidence[keep],
+            accepted=nxt[keep],
+            request_id=self.request_id[keep],
+            step=self.step[keep],
+        )
 
 
 @dataclass(frozen=True, slots=True, eq=False)  # tensor fields: no elementwise __eq__
@@ -148,11 +185,15 @@ def gate_samples(records: RecordSet) -> GateSamples:
         _, group = torch.unique(group * values.numel() + rank, return_inverse=True)
     groups = int(group.max()) + 1
     depth = torch.zeros(groups, dtype=torch.int64).scatter_(0, group, records.depth)
+    request = torch.zeros(groups, dtype=torch.int64).scatter_(0, group, records.request_id)
+    step = torch.zeros(groups, dtype=torch.int64).scatter_(0, group, records.step)
     conf = torch.zeros(groups, dtype=torch.float32)
     conf.scatter_reduce_(0, group, records.layer_confidence, reduce="amax", include_self=False)
     hit = torch.zeros(groups, dtype=torch.int64)
     hit.scatter_reduce_(0, group, records.accepted.to(torch.int64), "amax", include_self=False)
-    return GateSamples(depth=depth, confidence=conf, accepted=hit.bool())
+    return GateSamples(
+        depth=depth, confidence=conf, accepted=hit.bool(), request_id=request, step=step
+    )
 
 
 class RecordWriter:

@@ -11,8 +11,9 @@ so ``u_min = R * dt`` is the *cost floor*: nodes below it cost more time than th
 same currency one more drafter call (``t_d`` seconds) must promise ``R * t_d`` tokens: the depth
 price; once steps report their expansions, drafting is split into ``c_call`` per call and
 ``c_node`` per expanded node (:meth:`ElasticFloor.draft_split`), and the depth price becomes
-``R c_call`` with a node price ``R c_node`` that each expanded node must promise. Both change every step with the batch size and the load, which is what makes K elastic:
-at batch 1 on a memory-bound device ``dt`` is tiny and the floor is low; at saturation
+``R c_call`` with a node price ``R c_node`` that each expanded node must promise. Both change
+every step with the batch size and the load, which is what makes K elastic: at batch 1 on a
+memory-bound device ``dt`` is tiny and the floor is low; at saturation
 (compute-bound, ``dt ~ t(T)/T``) it rises to about one accepted token per request-row, and a
 policy honouring it (ECHO) stops drafting and decodes plainly.
 
@@ -172,7 +173,13 @@ class ElasticFloor:
         verify = phase_s.get("verify", 0.0)
         other = sum(phase_s.values()) - verify
         self.observe(
-            batch_size, verified, emitted, verify, other, phase_s.get("draft", 0.0), depths,
+            batch_size,
+            verified,
+            emitted,
+            verify,
+            other,
+            phase_s.get("draft", 0.0),
+            depths,
             expansions,
         )
 

@@ -174,4 +174,12 @@ def test_sim_traces_reports_bad_input_without_a_traceback(
 
 def test_calibrate_rows_stacks_chunks(rows: list[TraceRow]) -> None:
     gates = calibrate_rows(rows[:200], 8)
-    assert set(gates) == {"echo", "echo_nogate", "echo_dense", "echo_fixed"}
+    assert set(gates) == {
+        "echo",
+        "echo_nogate",
+        "echo_dense",
+        "echo_fixed",
+        "echo_k2",
+        "echo_next_k2",
+    }
+    assert len(gates["echo_k2"].checkpoints) == 2

@@ -6,7 +6,11 @@ is known, so all four gate variants come from one :class:`~echo_gating.records.R
 - ``echo``: the sparse gate (calibrated checkpoints and thresholds) with acceptance maps;
 - ``echo_nogate``: the same acceptance maps and no checkpoint at all (maps + cost floor only);
 - ``echo_dense``: a calibrated threshold at every depth, with maps (the paper's first ablation);
-- ``echo_fixed``: one calibrated threshold at every depth, with maps (the second ablation).
+- ``echo_fixed``: one calibrated threshold at every depth, with maps (the second ablation);
+- ``echo_k2``: the sparse gate with exactly two checkpoints (the best two depths by AUC), for
+  when calibration finds no depth that passes ``min_auc`` and the sparse gate is empty;
+- ``echo_next_k2``: the same, calibrated on the label a truncation at d actually removes,
+  accepted length >= d + 1 (``CalibrationConfig.label_rule = "next"``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from echo_scheduler.trace import RecordedStep
 MAP_BINS = 512
 """Acceptance-map resolution: wide pools put most nodes at low scores, so quantile bins need to
 be fine for the few high-score nodes (the ones that get selected) to get bins of their own."""
-GATE_NAMES = ("echo", "echo_nogate", "echo_dense", "echo_fixed")
+GATE_NAMES = ("echo", "echo_nogate", "echo_dense", "echo_fixed", "echo_k2", "echo_next_k2")
 
 
 def warmup_records(steps: Sequence[RecordedStep], drafter: str = "trace") -> RecordSet:
@@ -49,13 +53,20 @@ def calibrate_variants(
 ) -> dict[str, GatePolicy]:
     """The four gate variants of the module docstring, keyed by arm name."""
     out = {}
-    for name, mode in (
-        ("echo", GateMode.SPARSE),
-        ("echo_dense", GateMode.DENSE),
-        ("echo_fixed", GateMode.FIXED),
+    for name, mode, rule, k in (
+        ("echo", GateMode.SPARSE, "reached", None),
+        ("echo_dense", GateMode.DENSE, "reached", None),
+        ("echo_fixed", GateMode.FIXED, "reached", None),
+        ("echo_k2", GateMode.SPARSE, "reached", 2),
+        ("echo_next_k2", GateMode.SPARSE, "next", 2),
     ):
         cfg = CalibrationConfig(
-            mode=mode, max_depth=max_depth, cost_ratio=cost_ratio, map_bins=MAP_BINS
+            mode=mode,
+            max_depth=max_depth,
+            cost_ratio=cost_ratio,
+            map_bins=MAP_BINS,
+            label_rule=rule,
+            num_checkpoints=k,
         )
         out[name] = calibrate(records, cfg)
     sparse = out["echo"]

@@ -48,7 +48,7 @@ MIN_WARMUP_ROWS = 100
 
 @dataclass(frozen=True, slots=True)
 class ReplaySpec:
-    steps: int = 24
+    steps: int = 20
     seed: int = 0
     calibration_share: float = 0.3
     resamples: int = 2000
@@ -127,7 +127,13 @@ def drive_arm(
         if floor is not None and cost is not None:
             draft = cost.draft_s(run.depths, run.expansions)
             floor.observe(
-                b, ver, b + acc, cost.verify_s(b, b + ver), draft, draft, run.depths,
+                b,
+                ver,
+                b + acc,
+                cost.verify_s(b, b + ver),
+                draft,
+                draft,
+                run.depths,
                 run.expansions,
             )
         reach = int(torch.minimum(own, st.max_nodes).sum())
