@@ -105,7 +105,7 @@ class ElasticFloor:
             return None
         cc, ce, ee, cs, es = m
         det = cc * ee - ce * ce
-        if cc <= 0 or ee <= 0 or det <= 1e-9 * cc * ee:
+        if cc <= 0 or ee <= 0 or det <= 1e-4 * cc * ee:  # nearly proportional: unstable
             return None
         call, node = (cs * ee - es * ce) / det, (es * cc - cs * ce) / det
         if call < 0:

@@ -39,9 +39,11 @@ def test_four_roofline_models_with_collectives_only_under_tensor_parallelism() -
 
 def test_draft_head_roofline_per_call_and_per_node() -> None:
     llama = roofline_costs()["h200-llama8b"]
-    assert llama.per_call_s == pytest.approx(2 * EAGLE3_HEAD_PARAMS / (4.8e12 * 0.8))
+    kv = 256 * 1024 * 8 * 128 * 2 * 2
+    assert llama.per_call_s(1) == pytest.approx((2 * EAGLE3_HEAD_PARAMS + 1024 * 4096) / 3.84e12)
+    assert llama.per_call_s(256) == pytest.approx((2 * EAGLE3_HEAD_PARAMS + kv) / 3.84e12)
     assert llama.per_node_s == pytest.approx(2 * EAGLE3_HEAD_PARAMS / (989e12 * 0.6))
-    assert llama.draft_s(3, 10) == pytest.approx(3 * llama.per_call_s + 10 * llama.per_node_s)
+    assert llama.draft_s(4, 3, 10) == pytest.approx(3 * llama.per_call_s(4) + 10 * llama.per_node_s)
 
 
 @pytest.mark.parametrize("name", sorted(roofline_costs()))
@@ -72,7 +74,7 @@ def test_profiled_cost_round_trips_and_refuses_unmeasured_batches(tmp_path: Path
     cost = load_profiled(path)
     assert cost.batch_sizes == (1, 4)
     assert cost.verify_s(1, 2.5) == pytest.approx(0.0275)
-    assert cost.draft_s(2, 10) == pytest.approx(2e-3 + 1e-4)
+    assert cost.draft_s(1, 2, 10) == pytest.approx(2e-3 + 1e-4)
     with pytest.raises(CostModelError, match="batch size 2 was not measured"):
         cost.verify_s(2, 4)
 

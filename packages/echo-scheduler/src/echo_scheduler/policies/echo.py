@@ -113,7 +113,8 @@ class EchoPolicy(BasePolicy):
     def _first_plan(self, batch: StepBatch) -> DraftPlan:
         width = self.config.draft_width
         maps = self.gate.acceptance_maps
-        if maps is not None and batch.min_utility > 0:
+        priced = batch.min_utility > 0 or bool(batch.node_price) or bool(batch.depth_price)
+        if maps is not None and priced:
             one = torch.ones(1, dtype=torch.int64, device=batch.max_nodes.device)
             best = float(maps.expected_accept(one, torch.zeros(1, device=one.device))[0])
             live = int((batch.max_nodes > 0).sum())
@@ -169,7 +170,7 @@ class EchoPolicy(BasePolicy):
         candidates = kept & at_depth & (active & (held < caps))[ix.req]
         if full or self.batch.min_utility > 0:
             candidates &= bound >= weakest
-        if self.batch.node_price is not None:  # each expanded node pays for its drafter row
+        if self.batch.node_price:  # each expanded node pays for its drafter row (0: free)
             candidates &= guess - weakest > self.batch.node_price
         nodes = (ranks_in_order(order.group, order.grouped, candidates) < k0).nonzero().squeeze(1)
         node_price = self.batch.node_price or 0.0

@@ -2,17 +2,17 @@
 
 Fixed baselines get their best configuration: each is replayed at every point of a grid that
 includes one and two draft nodes per request, with the draft depth matched to the per-request
-size (a chain of n is drafted n deep; an EAGLE-2 tree of n nodes is drafted ``1 + floor(log2
-n)`` deep with top-``min(n, 3)``: 1, 2, 3, 4 depths for n = 1, 2, 4, 8, n = 4 being the paper's
-depth 3 x top-3 tree, instead of 3 x 3 to keep one node), and the report names each family's best
-point per cell, chosen in hindsight on the replayed steps. That choice is an advantage no online
-policy has; plain decoding (K = 0) is its own arm, so a family's best never falls below it by
-more than its drafting cost.
+size: a chain of n is drafted n deep; an EAGLE-2 tree of n nodes is drafted ``1 + floor(log2
+n)`` deep with top-``min(n, 3)`` (1, 2, 3, 4 depths for n = 1, 2, 4, 8; n = 4 is the paper's
+depth-3, top-3 tree), so a one-node tree does not pay for three depths of drafting. The report
+names each family's best point per cell, chosen in hindsight on the replayed steps: an advantage
+no online policy has (and one that makes that point's interval against ECHO optimistic for the
+baseline). Plain decoding (K = 0) is an arm of its own.
 
-ECHO's arms run with one configuration each and the elastic cost floor of
+ECHO's six arms run with one configuration each and the elastic cost floor of
 :mod:`echo_scheduler.elastic` fed by the cost model (the engine's ``--elastic``): a per-request
 ceiling of ``ECHO_PER_REQUEST`` draft nodes, K = that times B, and the floor decides how much
-of it to spend. Their gates come from :mod:`echo_scheduler.replay.gates`.
+of it to spend (with the exact cut). Their gates come from :mod:`echo_scheduler.replay.gates`.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def static_size(branching: Sequence[int]) -> int:
 
 
 def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
-    """plain, the chain / static / EAGLE-2 grids, global top-K, and the four ECHO arms."""
+    """plain, the chain / static / EAGLE-2 grids, global top-K, and the six ECHO arms."""
     cfg = base or PolicyConfig.high_concurrency()
     arms = [Arm("plain", "plain", "plain", cfg, 0)]
     arms += [

@@ -179,6 +179,8 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         "echo_nogate",
         "echo_dense",
         "echo_fixed",
+        "echo_k2",
+        "echo_next_k2",
         "chain*",
         "static*",
         "eagle2*",

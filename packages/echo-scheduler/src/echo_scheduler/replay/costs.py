@@ -3,7 +3,7 @@
 A step over B requests that drafts ``calls`` depths, expanding ``expansions`` nodes (or roots) in
 all, and verifies ``rows = B + verified`` rows costs
 
-    t = t_draft(calls, expansions) + t_verify(B, rows)
+    t = t_draft(B, calls, expansions) + t_verify(B, rows)
 
 (scheduling, acceptance and commit are left out: they are engine overheads, not the model's).
 
@@ -11,8 +11,9 @@ all, and verifies ``rows = B + verified`` rows costs
 with the engine's own forward passes. ``t_verify(B, rows)`` interpolates the verify passes timed
 at that batch size (B requests, each a context plus a chain of draft rows) piecewise-linearly in
 ``rows`` (:class:`~echo_scheduler.cost.ProfileCost`); ``t_draft = c_call * calls + c_node *
-expansions`` is the least-squares fit of the drafter's timed calls. Only measured batch sizes
-can be replayed.
+expansions`` is the least-squares fit of the drafter's timed calls (measured at batch 1: the
+CPU head's cost is its rows, not its small KV cache). Only measured batch sizes can be
+replayed.
 
 **Roofline** (:class:`RooflineCost`, H100/H200): ``t_verify = base + s_cmp max(0, rows - T0) +
 t_comm(rows)`` with the hinge of :meth:`~echo_scheduler.cost.VerifyCostModel.roofline` (weights
@@ -22,8 +23,11 @@ over p devices, the bandwidth term of a ring all-reduce per collective:
     t_comm(rows) = n_coll * 2 (p - 1) / p * rows * hidden * 2 bytes / (link_bw * link_eff)
 
 (``n_coll`` = 2 per layer: after attention and after the MLP/MoE). The per-collective latency
-is left out: it adds the same seconds to every arm's step, which only flatters speculation less.
-Drafting is the roofline of the draft head: ``c_call = head bytes / p / (bw * eff)`` per depth
+is left out: for the target it adds the same seconds to every arm's step; for the draft head
+(two collectives per call) leaving it out favours arms that make more drafter calls, a bias
+towards ECHO's deeper drafting that is small next to a call's weight read. Drafting is the
+roofline of the draft head: ``c_call(B) = (head bytes + B * context * head KV bytes per token)
+/ p / (bw * eff)`` per depth (its weights and the batch's draft KV cache, read once per call)
 and ``c_node = 2 * head params / p / (flops * eff)`` plus the head's own two collectives per
 node row.
 
@@ -32,7 +36,9 @@ and H200 SXM (:class:`~echo_scheduler.cost.Hardware`), the Hugging Face configs 
 Llama-3.1-8B-Instruct (32 layers, hidden 4,096, 8 KV heads x 128) and Qwen3-235B-A22B (94
 layers, hidden 4,096, 4 KV heads x 128, 235e9 / 22e9 parameters), and the EAGLE-3 head for
 Llama-3.1-8B (one decoder layer whose attention reads 2 x 4,096 inputs, MLP 14,336, a 3 x 4,096
--> 4,096 fusion layer and a 32,000-token draft vocabulary: 0.425e9 parameters, 0.85 GB bf16).
+-> 4,096 fusion layer and a 32,000-token draft vocabulary: 0.425e9 parameters, 0.85 GB bf16;
+8 KV heads x 128 in one layer: 4 KiB of draft KV cache per token). The Qwen3 head is assumed
+to have the same shapes (hidden 4,096), on the same TP 8 as its target.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ from echo_scheduler.errors import CostModelError
 CPU_COST_FORMAT = "echo-cpu-cost/1"
 CONTEXT = 1024
 """Mean context of the roofline batches (B = 256 at 1,024 tokens fits 80 GB for both models)."""
+EAGLE3_HEAD_KV_BYTES = 1 * 8 * 128 * 2 * 2
+"""Draft KV cache per context token: one layer x 8 KV heads x 128 dims x (K, V) x 2 bytes."""
 EAGLE3_HEAD_PARAMS = 0.425e9
 """EAGLE-3 head at hidden 4,096: q 8192x4096 + k, v 8192x1024 + o 4096x4096 + MLP 3x4096x14336 +
 fusion 12288x4096 + draft lm_head 4096x32000 (module docstring)."""
@@ -76,7 +84,7 @@ class StepCost(Protocol):
 
     def verify_s(self, batch: int, rows: float) -> float: ...
 
-    def draft_s(self, calls: int, expansions: int) -> float: ...
+    def draft_s(self, batch: int, calls: int, expansions: int) -> float: ...
 
     def describe(self) -> dict[str, Any]: ...
 
@@ -103,6 +111,7 @@ class RooflineCost:
     layers: int
     tensor_parallel: int = 1
     draft_params: float = EAGLE3_HEAD_PARAMS
+    draft_kv_bytes_per_token: float = EAGLE3_HEAD_KV_BYTES
     context: int = CONTEXT
 
     def _comm_s_per_row(self) -> float:
@@ -117,12 +126,12 @@ class RooflineCost:
         hinge = VerifyCostModel.roofline(self.hardware, self.geometry, batch, self.context)
         return hinge.latency_at(rows) + self._comm_s_per_row() * rows
 
-    @property
-    def per_call_s(self) -> float:
+    def per_call_s(self, batch: int) -> float:
+        """One drafter call: the head's bf16 weights (2 bytes per parameter) and the batch's
+        draft KV cache, read once, over the derated bandwidth."""
         hw = self.hardware
-        return (
-            2 * self.draft_params / self.tensor_parallel / (hw.bandwidth * hw.bandwidth_efficiency)
-        )
+        read = 2 * self.draft_params + batch * self.context * self.draft_kv_bytes_per_token
+        return read / self.tensor_parallel / (hw.bandwidth * hw.bandwidth_efficiency)
 
     @property
     def per_node_s(self) -> float:
@@ -130,8 +139,8 @@ class RooflineCost:
         head_comm = self._comm_s_per_row() / self.layers if p > 1 else 0.0  # one layer's two
         return 2 * self.draft_params / p / (hw.flops * hw.flops_efficiency) + head_comm
 
-    def draft_s(self, calls: int, expansions: int) -> float:
-        return calls * self.per_call_s + expansions * self.per_node_s
+    def draft_s(self, batch: int, calls: int, expansions: int) -> float:
+        return calls * self.per_call_s(batch) + expansions * self.per_node_s
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -145,7 +154,8 @@ class RooflineCost:
                 1,
             ),
             "comm_us_per_row": round(1e6 * self._comm_s_per_row(), 3),
-            "draft_per_call_ms": round(1e3 * self.per_call_s, 4),
+            "draft_per_call_ms_at_batch_1": round(1e3 * self.per_call_s(1), 4),
+            "draft_per_call_ms_at_batch_256": round(1e3 * self.per_call_s(256), 4),
             "draft_per_node_us": round(1e6 * self.per_node_s, 4),
         }
 
@@ -169,7 +179,7 @@ class ProfiledCost:
             )
         return profile.latency_at(rows)
 
-    def draft_s(self, calls: int, expansions: int) -> float:
+    def draft_s(self, batch: int, calls: int, expansions: int) -> float:
         return calls * self.per_call_s + expansions * self.per_node_s
 
     @property
@@ -229,6 +239,9 @@ def load_profiled(path: str | Path, name: str = "cpu") -> ProfiledCost:
         raise CostModelError(f"{path}: malformed {CPU_COST_FORMAT} file: {exc}") from exc
     if not verify or any(b < 1 for b in verify):
         raise CostModelError(f"{path}: verify needs batch sizes >= 1")
+    for b, profile in verify.items():  # the oracle bound needs more rows never to cost less
+        if any(t2 < t1 for t1, t2 in zip(profile.seconds, profile.seconds[1:], strict=False)):
+            raise CostModelError(f"{path}: verify seconds at batch {b} must not fall with rows")
     if not all(math.isfinite(x) and x >= 0 for x in (per_call, per_node)):
         raise CostModelError(f"{path}: draft costs must be finite and >= 0")
     return ProfiledCost(name, verify, per_call, per_node, machine)

@@ -1,7 +1,7 @@
 """Warm-up calibration for replay: ECHO's gates and its ablations from the same recorded pools.
 
 Every warm-up pool was drafted to full depth without gating and every node's greedy acceptance
-is known, so all four gate variants come from one :class:`~echo_gating.records.RecordSet`:
+is known, so all six gate variants come from one :class:`~echo_gating.records.RecordSet`:
 
 - ``echo``: the sparse gate (calibrated checkpoints and thresholds) with acceptance maps;
 - ``echo_nogate``: the same acceptance maps and no checkpoint at all (maps + cost floor only);
@@ -51,7 +51,7 @@ def warmup_records(steps: Sequence[RecordedStep], drafter: str = "trace") -> Rec
 def calibrate_variants(
     records: RecordSet, max_depth: int, cost_ratio: float = 0.5
 ) -> dict[str, GatePolicy]:
-    """The four gate variants of the module docstring, keyed by arm name."""
+    """The six gate variants of the module docstring, keyed by arm name."""
     out = {}
     for name, mode, rule, k in (
         ("echo", GateMode.SPARSE, "reached", None),

@@ -6,7 +6,7 @@ continuation, so it knows each request's reachable accepted length ``L_b`` (capp
 first across the batch, so ``k`` accepted tokens cost
 
     calls(k) = min { c : sum_b min(L_b, c) >= k },   expansions(k) = k,
-    t(k) = t_draft(calls(k), k) + t_verify(B, B + k),   tokens(k) = B + k
+    t(k) = t_draft(B, calls(k), k) + t_verify(B, B + k),   tokens(k) = B + k
 
 and it chooses ``k_i`` per step to maximise the *run's* throughput ``sum_i tokens_i / sum_i t_i``
 (not each step's own ratio): by Dinkelbach's method, for a rate ``lam`` each step independently
@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from echo_scheduler.errors import CostModelError
 from echo_scheduler.replay.costs import StepCost
 
 MAX_ITERATIONS = 100
@@ -59,7 +60,7 @@ def step_options(reach: Tensor, cost: StepCost) -> tuple[Tensor, Tensor, Tensor]
     calls = torch.searchsorted(covered.contiguous(), k, right=False)  # smallest c: A(c) >= k
     seconds = torch.tensor(
         [
-            cost.draft_s(int(c), int(n)) + cost.verify_s(b, b + int(n))
+            cost.draft_s(b, int(c), int(n)) + cost.verify_s(b, b + int(n))
             for c, n in zip(calls.tolist(), k.tolist(), strict=True)
         ],
         dtype=torch.float64,
@@ -86,5 +87,9 @@ def oracle_run(reaches: Sequence[Tensor], cost: StepCost) -> OracleRun:
         if new_rate <= rate * (1 + 1e-12):
             break
         best, tokens, seconds, rate = picks, t, s, new_rate
-    calls = torch.tensor([int(o[2][p]) for o, p in zip(options, best, strict=True)])
+    else:  # Dinkelbach converges superlinearly: this means a cost model it cannot handle
+        raise CostModelError(f"the hindsight oracle did not converge in {MAX_ITERATIONS} rounds")
+    calls = torch.tensor(
+        [int(o[2][p]) for o, p in zip(options, best, strict=True)], dtype=torch.int64
+    )
     return OracleRun(tokens, seconds, torch.tensor(best, dtype=torch.int64), calls)

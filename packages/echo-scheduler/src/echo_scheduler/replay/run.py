@@ -53,6 +53,12 @@ class ReplaySpec:
     calibration_share: float = 0.3
     resamples: int = 2000
 
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.resamples < 1:
+            raise TraceError(
+                f"steps and resamples must be >= 1, got {self.steps}, {self.resamples}"
+            )
+
 
 @dataclass(frozen=True, slots=True)
 class ArmSteps:
@@ -67,7 +73,7 @@ class ArmSteps:
     def seconds(self, cost: StepCost, batch: int) -> Tensor:
         return torch.tensor(
             [
-                cost.draft_s(c, e) + cost.verify_s(batch, batch + v)
+                cost.draft_s(batch, c, e) + cost.verify_s(batch, batch + v)
                 for c, e, v in zip(
                     self.calls.tolist(),
                     self.expansions.tolist(),
@@ -96,7 +102,8 @@ def split_warmup(
 
 
 def calibrate_rows(rows: Sequence[TraceRow], max_depth: int) -> dict[str, GatePolicy]:
-    """The four gate variants from warm-up rows (stacked in chunks of ``WARMUP_CHUNK``)."""
+    """The gate variants of :mod:`~echo_scheduler.replay.gates` from warm-up rows (stacked in
+    chunks of ``WARMUP_CHUNK``)."""
     steps = [stack(rows[i : i + WARMUP_CHUNK]) for i in range(0, len(rows), WARMUP_CHUNK)]
     return calibrate_variants(warmup_records(steps), max_depth)
 
@@ -125,7 +132,7 @@ def drive_arm(
         own = torch.bincount(req[accepted_mask(run.pool, st.target)], minlength=b)
         acc, ver = int(lengths.sum()), int(verified.sum())
         if floor is not None and cost is not None:
-            draft = cost.draft_s(run.depths, run.expansions)
+            draft = cost.draft_s(b, run.depths, run.expansions)
             floor.observe(
                 b,
                 ver,
