@@ -36,13 +36,8 @@ from torch import Tensor
 
 from echo_core.tree import TreeBatch
 from echo_gating.policy import GatePolicy
+from echo_scheduler.cost import LatencyModel
 from echo_scheduler.errors import PolicyError
-
-
-class LatencyModel(Protocol):
-    """Verify seconds for T rows (echo_scheduler.cost's models and profiles)."""
-
-    def latency_at(self, tokens: float) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.errors import SchedulerError
 from echo_scheduler.replay.arms import Arm, default_arms, select_arms
 from echo_scheduler.replay.costs import SOURCES, StepCost, load_profiled, roofline_costs
+from echo_scheduler.replay.gates import GATE_NAMES
 from echo_scheduler.replay.report import markdown_tables
 from echo_scheduler.replay.run import (
     ReplaySpec,
@@ -175,12 +176,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
     """Per cell: plain, ECHO and its ablations, each family's best, the oracle; ratios to echo."""
     show = (
         "plain",
-        "echo",
-        "echo_nogate",
-        "echo_dense",
-        "echo_fixed",
-        "echo_k2",
-        "echo_next_k2",
+        *GATE_NAMES,
         "chain*",
         "static*",
         "eagle2*",

@@ -55,7 +55,8 @@ def step_options(reach: Tensor, cost: StepCost) -> tuple[Tensor, Tensor, Tensor]
     seconds and drafter calls ([sum L + 1] float64, float64, int64)."""
     b = int(reach.numel())
     top = int(reach.max()) if b else 0
-    covered = torch.stack([torch.minimum(reach, torch.tensor(c)).sum() for c in range(top + 1)])
+    depths = torch.arange(top + 1, dtype=reach.dtype, device=reach.device)
+    covered = torch.minimum(reach[None, :], depths[:, None]).sum(dim=1)  # A(c), c = 0..top
     k = torch.arange(int(covered[-1]) + 1 if b else 1)
     calls = torch.searchsorted(covered.contiguous(), k, right=False)  # smallest c: A(c) >= k
     seconds = torch.tensor(
