@@ -27,25 +27,6 @@ def registered(sglang_site: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     return importlib.import_module("sglang.srt.speculative.spec_info").SpeculativeAlgorithm
 
 
-def _server_args(**overrides: Any) -> SimpleNamespace:
-    fields: dict[str, Any] = {
-        "speculative_num_steps": 3,
-        "speculative_eagle_topk": 4,
-        "speculative_num_draft_tokens": 9,
-        "speculative_draft_model_path": "/models/eagle3-head",
-        "speculative_adaptive": False,
-        "speculative_use_rejection_sampling": False,
-        "enable_multi_layer_eagle": False,
-        "pp_size": 1,
-        "max_running_requests": None,
-        "disable_overlap_schedule": False,
-        "enable_mixed_chunk": True,
-        "attention_backend": "triton",
-    }
-    fields.update(overrides)
-    return SimpleNamespace(**fields)
-
-
 def test_entry_point_names_the_register_function() -> None:
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     with PYPROJECT.open("rb") as f:
@@ -76,36 +57,96 @@ def test_echo_registers_and_resolves_as_an_eagle_family_algorithm(
         registered.register("EAGLE")(lambda server_args: None)
 
 
+BASE_ARGV = {
+    "--model-path": "/models/target",
+    "--speculative-algorithm": "ECHO",
+    "--speculative-draft-model-path": "/models/eagle3-head",
+    "--speculative-num-steps": "3",
+    "--speculative-eagle-topk": "4",
+    "--speculative-num-draft-tokens": "9",
+    "--attention-backend": "triton",
+    "--page-size": "1",
+}
+"""A valid ECHO launch; tests drop or replace flags of it."""
+
+
+def _real_server_args(*extra: str, drop: tuple[str, ...] = ()) -> Any:
+    """SGLang's own ``ServerArgs`` from its own parser (hooks applied: ECHO's flags exported).
+
+    ``extra`` flags are appended (a repeated flag replaces the base value: argparse keeps the
+    last); ``drop`` removes base flags, as a user who never typed them.
+    """
+    server_args_cls = importlib.import_module("sglang.srt.server_args").ServerArgs
+    parser = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
+    server_args_cls.add_cli_args(parser)
+    argv = [x for flag, value in BASE_ARGV.items() if flag not in drop for x in (flag, value)]
+    return server_args_cls.from_cli_args(parser.parse_args([*argv, *extra]))
+
+
 def test_validation_rejects_what_echo_cannot_serve(registered: Any) -> None:
     algo = registered.from_string(ALGORITHM)
-    algo.validate_server_args(_server_args())
+    algo.validate_server_args(_real_server_args())
     assert current_args() == EchoArgs()  # exported for the workers, defaults included
     cases = [
-        (_server_args(speculative_eagle_topk=1), "topk >= 2"),
-        (_server_args(speculative_num_steps=None), "set explicitly"),
-        (_server_args(speculative_draft_model_path=None), "--speculative-draft-model-path"),
-        (_server_args(speculative_adaptive=True), "--speculative-adaptive"),
-        (_server_args(pp_size=2), "pipeline parallelism"),
+        (_real_server_args("--speculative-eagle-topk", "1"), "topk >= 2"),
+        (_real_server_args(drop=("--speculative-num-steps",)), "set explicitly"),
+        (
+            _real_server_args(drop=("--speculative-draft-model-path",)),
+            "--speculative-draft-model-path",
+        ),
+        (_real_server_args("--speculative-adaptive"), "--speculative-adaptive"),
+        (_real_server_args("--speculative-use-rejection-sampling"), "rejection-sampling"),
+        (_real_server_args("--enable-multi-layer-eagle"), "--enable-multi-layer-eagle"),
+        (_real_server_args("--pp-size", "2"), "pipeline parallelism"),
     ]
     for server_args, message in cases:
         with pytest.raises(PluginConfigError, match=message):
             algo.validate_server_args(server_args)
 
 
-def test_ragged_serving_is_refused_with_the_reason(
+def test_ragged_serving_is_refused_with_the_reason(registered: Any) -> None:
+    server_args = _real_server_args("--speculative-echo-verify", "ragged")
+    assert current_args().verify == "ragged"  # the launcher exported it
+    with pytest.raises(PluginConfigError, match="no ragged target-verify path"):
+        registered.from_string(ALGORITHM).validate_server_args(server_args)
+
+
+def test_sglang_eagle_family_handling_runs_for_echo(
     registered: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(ENV_VAR, EchoArgs(verify="ragged").to_json())
-    with pytest.raises(PluginConfigError, match="no ragged target-verify path"):
-        registered.from_string(ALGORITHM).validate_server_args(_server_args())
+    """ECHO's handler runs SGLang's ``_handle_eagle_family`` through SGLang's own plugin call
+    (``record_foreign_defaults``, as ``handle_speculative_decoding`` makes it) on a real record.
 
+    Two of its helpers read the target checkpoint's HF config (``model_config_of``, and the
+    IQuest-Q1 MTP probe through it), whose import chain needs torchvision and processor stacks
+    that SGLang's CPU-less source mount lacks; they are replaced by a Llama architecture answer.
+    Everything else in the handler is SGLang's code as shipped.
+    """
+    hook = importlib.import_module("sglang.srt.arg_groups.speculative_hook")
+    overrides = importlib.import_module("sglang.srt.arg_groups.overrides")
+    llama = SimpleNamespace(hf_config=SimpleNamespace(architectures=["LlamaForCausalLM"]))
+    monkeypatch.setattr(hook, "model_config_of", lambda server_args: llama)
+    monkeypatch.setattr(hook, "_handle_iquest_q1_mtp_draft", lambda server_args: False)
+    algo = registered.from_string(ALGORITHM)
 
-def test_handle_server_args_turns_off_what_echo_does_not_support(registered: Any) -> None:
-    server_args = _server_args()
-    registered.from_string(ALGORITHM).handle_server_args(server_args)
-    assert server_args.max_running_requests == 48
-    assert server_args.disable_overlap_schedule is True
-    assert server_args.enable_mixed_chunk is False
+    def resolve(server_args: Any) -> dict[str, Any]:
+        overrides.declare_resolution(server_args, "test", speculative_algorithm=ALGORITHM)
+        overrides.record_foreign_defaults(server_args, "custom_validate", algo.validate_server_args)
+        overrides.record_foreign_defaults(server_args, "custom_algo", algo.handle_server_args)
+        fields = ("max_running_requests", "enable_mixed_chunk", "disable_overlap_schedule")
+        return {f: overrides.resolution_result(server_args, f) for f in fields}
+
+    server_args = _real_server_args("--enable-mixed-chunk")
+    assert resolve(server_args) == {
+        "max_running_requests": 48,
+        "enable_mixed_chunk": False,
+        "disable_overlap_schedule": True,
+    }
+    sources = [source for source, _ in server_args._resolved_overrides]
+    assert sources.count("_handle_eagle_family") == 2  # SGLang's handler made two decisions
+    assert resolve(_real_server_args("--max-running-requests", "7"))["max_running_requests"] == 7
+    # SGLang's page-size check for tree drafts (page_size > 1) passes ECHO's backends.
+    assert resolve(_real_server_args("--page-size", "16"))["disable_overlap_schedule"] is True
 
 
 def test_sglang_parser_takes_the_echo_flags(registered: Any) -> None:
@@ -124,18 +165,6 @@ def test_sglang_parser_takes_the_echo_flags(registered: Any) -> None:
                                "--speculative-echo-verify", "ragged"])  # fmt: skip
     with pytest.raises(PluginConfigError, match="only apply with --speculative-algorithm ECHO"):
         server_args_cls.from_cli_args(eagle)
-
-
-def _real_server_args(*extra: str) -> Any:
-    """SGLang's own ``ServerArgs`` from its own parser (hooks applied: ECHO's flags exported)."""
-    server_args_cls = importlib.import_module("sglang.srt.server_args").ServerArgs
-    parser = argparse.ArgumentParser(prog="sglang serve", exit_on_error=False)
-    server_args_cls.add_cli_args(parser)
-    argv = ["--model-path", "/models/target", "--speculative-algorithm", "ECHO",
-            "--speculative-draft-model-path", "/models/eagle3-head",
-            "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
-            "--speculative-num-draft-tokens", "9"]  # fmt: skip
-    return server_args_cls.from_cli_args(parser.parse_args([*argv, *extra]))
 
 
 @pytest.mark.parametrize("backend", ["triton", "flashinfer", "fa3"])
@@ -160,6 +189,6 @@ def test_supported_attention_backends_pass_validation(registered: Any, backend: 
 def test_unsupported_attention_backends_are_refused_with_the_reason(
     registered: Any, flags: tuple[str, ...], message: str
 ) -> None:
-    server_args = _real_server_args(*flags)
+    server_args = _real_server_args(*flags, drop=("--attention-backend",))
     with pytest.raises(PluginConfigError, match=message):
         registered.from_string(ALGORITHM).validate_server_args(server_args)

@@ -34,6 +34,8 @@ class Selection:
 
     tree: SuperTree
     pool_index: Tensor  # [n] int64, global pool index of every selected node, in tree order
+    drafted: Tensor  # [N_pool] bool, the nodes the policy drafted (its last view, which its
+    # gates saw): ``select_nodes(pool, drafted)`` rebuilds it when needed (feedback only)
 
 
 class _PoolViews:
@@ -89,4 +91,8 @@ class PoolReplay:
         driven = drive_step(self.policy, views, batch)
         chosen = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
         chosen[views.index[driven.keep.to(pool.device)]] = True
-        return Selection(select_nodes(pool, chosen), chosen.nonzero().squeeze(1))
+        return Selection(
+            select_nodes(pool, chosen),
+            chosen.nonzero().squeeze(1),
+            views.drafted,
+        )

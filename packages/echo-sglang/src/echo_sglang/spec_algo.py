@@ -10,7 +10,8 @@ model loading, draft KV sizing, hidden-state capture. Methods SGLang calls on bu
 Start-up (run by SGLang while it resolves server arguments, in the launcher process):
 :func:`validate_server_args` checks ECHO's flags against the EAGLE flags and exports them to the
 worker processes; :meth:`EchoSpecAlgo.handle_server_args` turns off what ECHO does not support
-(overlap scheduling: the policy decides on the host between draft and verify; mixed chunks).
+after SGLang's own EAGLE-family handling (overlap scheduling: the policy decides on the host
+between draft and verify).
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ from echo_sglang.backends import attention_backend_problem
 from echo_sglang.config import EagleShape, EchoConfig, resolve
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_MAX_RUNNING_REQUESTS = 48
-"""What SGLang's EAGLE handler sets when the user leaves --max-running-requests unset."""
 
 
 class EchoSpecAlgo(CustomSpecAlgo):  # type: ignore[misc]  # sglang ships no type information
@@ -58,14 +56,19 @@ class EchoSpecAlgo(CustomSpecAlgo):  # type: ignore[misc]  # sglang ships no typ
         return True
 
     def handle_server_args(self, server_args: Any) -> None:
-        if server_args.max_running_requests is None:
-            server_args.max_running_requests = DEFAULT_MAX_RUNNING_REQUESTS
+        """SGLang's own EAGLE-family resolution, then what ECHO adds (module docstring).
+
+        The builtin EAGLE member's dispatcher runs ``_handle_eagle_family`` exactly as for
+        ``--speculative-algorithm EAGLE3``: --max-running-requests defaults to 48, mixed chunks
+        are turned off (ECHO's ``supports_mixed_chunk`` is False), the page-size / attention
+        backend and rejection-sampling checks apply. ECHO then turns overlap scheduling off.
+        SGLang hands a custom algorithm a recording stand-in for ``server_args``; the handler's
+        own declarations land on the real record with their source, ECHO's writes are recorded.
+        """
+        self._builtin().handle_server_args(server_args)
         if not server_args.disable_overlap_schedule:
             logger.warning("ECHO runs without overlap scheduling (it selects on the host)")
             server_args.disable_overlap_schedule = True
-        if server_args.enable_mixed_chunk:
-            logger.warning("ECHO disables mixed chunked prefill")
-            server_args.enable_mixed_chunk = False
 
     def create_worker(self, server_args: Any) -> Any:
         from echo_sglang.pool_capture import install_pool_capture

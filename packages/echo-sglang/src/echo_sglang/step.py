@@ -11,20 +11,28 @@ calls :meth:`EchoStep.plan` and :func:`overwrite_verify_input`:
    ``S + 1``) and copied *into* EAGLE's tensors, which keeps their storage: SGLang's CUDA-graph
    and attention-backend buffers stay valid.
 
+After the verify pass SGLang hands back the accepted draft tokens per request
+(``on_verify_complete_cpu``); :meth:`EchoStep.observe` pairs them with the planned step and feeds
+the policy and, when a gate is in use, echo-gating's drift monitor (:mod:`~echo_sglang.feedback`).
+
 Nothing here imports sglang: it is exercised on CPU against SGLang's own Triton kernels.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from echo_core.tree import TreeBatch
+from echo_gating.drift import DriftConfig, DriftMonitor, DriftReport
 from echo_scheduler.interface import StepBatch
 from echo_sglang.config import EchoConfig
 from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
+from echo_sglang.feedback import FeedbackError, StepFeedback, step_feedback
 from echo_sglang.masks import TreeMaskMode, write_mask
 from echo_sglang.padded import PaddedVerifyInput, padded_verify_input
 from echo_sglang.selection import PoolReplay, Selection
@@ -38,13 +46,25 @@ VERIFY_FIELDS = (
 )
 """(EagleVerifyInput attribute, PaddedVerifyInput attribute) pairs copied every step."""
 
+logger = logging.getLogger(__name__)
+
 
 class EchoStep:
-    """ECHO's selection for one SGLang worker (the policy keeps per-step state)."""
+    """ECHO's selection for one SGLang worker (the policy keeps per-step state).
 
-    def __init__(self, config: EchoConfig) -> None:
+    Counters for metrics: ``observed_steps``, ``accepted_tokens`` and ``verified_nodes`` (draft
+    tokens, bonus excluded) over the steps SGLang reported back; ``refused_feedback`` counts
+    reports that did not match the planned step (logged, then dropped).
+    """
+
+    def __init__(self, config: EchoConfig, drift: DriftConfig | None = None) -> None:
         self.config = config
         self.replay = PoolReplay(config.make_policy())
+        self.monitor = None if config.gate is None else DriftMonitor(config.gate, drift)
+        self._planned: tuple[TreeBatch, Selection] | None = None
+        self._advised = False
+        self.observed_steps = self.accepted_tokens = self.verified_nodes = 0
+        self.refused_feedback = 0
 
     def plan(
         self,
@@ -63,6 +83,7 @@ class EchoStep:
         )
         batch = StepBatch(batch_size=b, budget=cfg.step_budget(b), max_nodes=caps)
         selection = self.replay.select(pool.tree, pool.rank, batch)
+        self._planned = (pool.tree, selection)
         layout = padded_verify_input(
             selection.tree,
             root_token.to(torch.int64),
@@ -71,6 +92,44 @@ class EchoStep:
             max_tree_depth=cfg.num_steps + 1,
         )
         return selection, layout
+
+    def observe(self, num_correct: Sequence[int]) -> StepFeedback | None:
+        """SGLang's accepted draft tokens per request for the last planned step (bonus excluded).
+
+        Feeds ``policy.observe`` and the drift monitor; returns what was fed, or None when no step
+        was planned since the last report (SGLang reports only decode steps, which ECHO plans).
+        A report that does not fit the planned step is logged and dropped: serving goes on.
+        """
+        planned, self._planned = self._planned, None
+        if planned is None:
+            return None
+        pool, selection = planned
+        try:
+            fed = step_feedback(selection.tree, pool, selection.drafted, num_correct)
+        except FeedbackError as exc:
+            self.refused_feedback += 1
+            logger.warning("echo_feedback_refused reason=%r", str(exc))
+            return None
+        self.replay.policy.observe(fed.outcome)
+        self.observed_steps += 1
+        self.accepted_tokens += int(fed.outcome.accepted_lengths.sum())
+        self.verified_nodes += int(fed.outcome.verified.sum())
+        if self.monitor is not None:
+            obs = fed.observations
+            self.monitor.observe(obs.depth, obs.confidence, obs.accepted)
+            report = self.monitor.check()
+            if report.recalibrate and not self._advised:
+                logger.warning(
+                    "echo_gate_drift policy_version=%s reason=%r",
+                    report.policy_version,
+                    report.reason,
+                )
+            self._advised = report.recalibrate
+        return fed
+
+    def drift(self) -> DriftReport | None:
+        """The drift monitor's report (None without a gate)."""
+        return None if self.monitor is None else self.monitor.check()
 
 
 def overwrite_verify_input(

@@ -13,6 +13,11 @@ against SGLang's Triton kernels. What differs from EAGLE, all in :class:`EchoDra
 
 SGLang builds its draft worker inside ``EAGLEWorkerV2.__init__``; :class:`EchoWorker` adopts it
 by switching its class to :class:`EchoDraftWorker`, which adds methods and no constructor.
+
+After each decode verify SGLang calls :meth:`EchoWorker.on_verify_complete_cpu` with the accepted
+draft tokens per request, already on the host; it goes to :meth:`EchoStep.observe` (the policy
+and the gate drift monitor, :mod:`~echo_sglang.feedback`) and then to EAGLE's own handler (its
+adaptive controller, when one is configured).
 """
 
 from __future__ import annotations
@@ -74,6 +79,15 @@ class EchoWorker(EAGLEWorkerV2):  # type: ignore[misc]  # sglang ships no type i
         )
         config = resolve(current_args(), shape)
         draft = self._draft_worker
+        self.echo_step: EchoStep | None = None
         if draft is not None:
             draft.__class__ = EchoDraftWorker
-            draft.echo_step = EchoStep(config)
+            draft.echo_step = self.echo_step = EchoStep(config)
+
+    def on_verify_complete_cpu(
+        self, num_correct_drafts_per_req: list[int], batch_size: int = 0
+    ) -> None:
+        """SGLang's hook after verify, counts on the host (module docstring)."""
+        if self.echo_step is not None:
+            self.echo_step.observe(num_correct_drafts_per_req)
+        super().on_verify_complete_cpu(num_correct_drafts_per_req, batch_size=batch_size)
