@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,19 @@ def test_load_rejects_binary_garbage(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(CalibrationError, match="not UTF-8"):
         GatePolicy.load(path)
+
+
+def test_gate_signal_travels_in_json_only_when_not_the_default() -> None:
+    plain = GatePolicy.sparse({2: 0.4}, max_depth=4)
+    assert "signal" not in policy_to_dict(plain)  # older documents and digests stay valid
+    margin = dataclasses.replace(plain, signal="sibling_margin")
+    doc = policy_to_dict(margin)
+    assert doc["signal"] == "sibling_margin"
+    back = GatePolicy.from_json(margin.to_json())
+    assert back.signal == "sibling_margin"
+    assert back == margin
+    assert policy_digest(margin) != policy_digest(plain)
+    with pytest.raises(CalibrationError, match="gate signal 'entropy' is not one of"):
+        GatePolicy.from_json(json.dumps({**doc, "signal": "entropy"}))
+    with pytest.raises(CalibrationError, match="signal must be a string"):
+        GatePolicy.from_json(json.dumps({**doc, "signal": 3}))

@@ -15,8 +15,10 @@ from echo_gating.errors import GatingError
 from echo_gating.signals import (
     depth_confidences,
     draft_entropy,
+    gate_signal,
     layer_confidence,
     node_layer_confidence,
+    sibling_margin,
     top2_margin,
 )
 
@@ -96,3 +98,61 @@ def test_entropy_and_margin() -> None:
     torch.testing.assert_close(top2_margin(torch.zeros(2, 1)), torch.ones(2))
     with pytest.raises(GatingError, match=r"\[N, V\]"):
         draft_entropy(torch.zeros(3))
+
+
+def brute_sibling_margin(pool: TreeBatch, depth: int) -> list[float]:
+    """Module docstring of signals, literally: best node (ties: largest margin), its siblings."""
+    out = []
+    for b in range(pool.batch_size):
+        lo, hi = int(pool.cu_nodes[b]), int(pool.cu_nodes[b + 1])
+        nodes = [i for i in range(lo, hi) if int(pool.depth[i]) == depth]
+        if not nodes:
+            out.append(0.0)
+            continue
+
+        def margin(i: int, lo: int = lo, hi: int = hi) -> float:
+            parent = int(pool.parent[i])
+            sibs = [j for j in range(lo, hi) if int(pool.parent[j]) == parent]
+            qs = sorted((math.exp(float(pool.draft_logprob[j])) for j in sibs), reverse=True)
+            return qs[0] - (qs[1] if len(qs) > 1 else 0.0)
+
+        best = max(float(pool.path_logprob[i]) for i in nodes)
+        out.append(max(margin(i) for i in nodes if float(pool.path_logprob[i]) == best))
+    return out
+
+
+def test_sibling_margin_by_hand() -> None:
+    ln = math.log
+    pool = make_tree(
+        [
+            [(1, -1, ln(0.6)), (2, -1, ln(0.3)), (3, 0, ln(0.5)), (4, 0, ln(0.4))],
+            [(5, -1, ln(0.9))],  # an only child: margin q_(1)
+            [(6, -1, ln(0.4)), (7, -1, ln(0.4))],  # a tie for first: margin 0
+            [],
+        ]
+    )
+    torch.testing.assert_close(sibling_margin(pool, 1), torch.tensor([0.3, 0.9, 0.0, 0.0]))
+    torch.testing.assert_close(sibling_margin(pool, 2), torch.tensor([0.1, 0.0, 0.0, 0.0]))
+    assert gate_signal(pool, 1, "sibling_margin").tolist() == sibling_margin(pool, 1).tolist()
+    with pytest.raises(GatingError, match="unknown gate signal 'entropy'"):
+        gate_signal(pool, 1, "entropy")
+
+
+@SETTINGS
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    batch=st.integers(0, 6),
+    max_nodes=st.integers(0, 12),
+    depth=st.integers(1, 5),
+)
+def test_sibling_margin_matches_brute_force(
+    seed: int, batch: int, max_nodes: int, depth: int
+) -> None:
+    pool = random_tree_batch(torch.Generator().manual_seed(seed), batch, max_nodes, max_depth=5)
+    got = sibling_margin(pool, depth)
+    assert got.dtype == torch.float32
+    assert got.shape == (batch,)
+    # float32 exp and one subtraction per value: a few ulps of 1.0
+    torch.testing.assert_close(
+        got, torch.tensor(brute_sibling_margin(pool, depth)), atol=4 * 2**-23, rtol=0
+    )

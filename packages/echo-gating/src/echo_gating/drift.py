@@ -8,7 +8,8 @@ buffer) and reports, as plain numbers for metrics:
 - realised acceptance ``r = mean(accepted)``; predicted ``p = mean(m_d(log C))`` from the
   policy's gate maps (else the calibration's acceptance rate); calibration error ``r - p``;
 - the AUC of the gate in the window vs the calibration's reference AUC;
-- the fraction of observations the policy truncates at each checkpoint.
+- the fraction of observations the policy truncates at each checkpoint (NaN when the policy
+  gates on another signal than the layer confidence the monitor is fed).
 
 Drift rule: every time a depth has collected ``window`` fresh observations, that window is
 judged. It fails when ``|r - p| > z * sqrt(sum_i p_i (1 - p_i)) / n + tolerance`` (outside the
@@ -182,7 +183,8 @@ class DriftMonitor:
         ref_auc = math.nan if ref is None or ref.auc is None else ref.auc
         live_auc = auc(conf, hit)
         checkpoint = self.policy.is_checkpoint(d)
-        truncated = float((~self.policy.gate(d, conf)).float().mean()) if checkpoint else math.nan
+        on_conf = checkpoint and self.policy.signal == "layer_confidence"  # what it observes
+        truncated = float((~self.policy.gate(d, conf)).float().mean()) if on_conf else math.nan
         problem = None
         if n >= cfg.min_samples and abs(realised - predicted) > band:
             problem = (

@@ -1,7 +1,10 @@
 """The gate policy: which depths are checkpoints, their thresholds, and the calibrated maps.
 
 At a checkpoint depth d a request with layer confidence ``C_b(d)`` (see :mod:`echo_gating.signals`)
-may extend deeper iff ``C_b(d) >= tau_d``; off-checkpoint every request may extend. Modes:
+may extend deeper iff ``C_b(d) >= tau_d``; off-checkpoint every request may extend. ``signal``
+names the per-request value thresholded (``layer_confidence`` by default; ``sibling_margin``,
+the drafter's top-2 margin at the request's best node, is the one the ranking key does not
+hold): :data:`echo_gating.signals.GATE_SIGNALS`. Modes:
 
 - ``SPARSE`` (ECHO): a few calibrated checkpoints ("sweet spots"), e.g. ``{2: 0.35, 4: 0.2}``;
 - ``DENSE`` (ablation): a threshold at every depth ``1..max_depth`` (EAGLE-2-like gating);
@@ -30,6 +33,7 @@ from torch import Tensor
 
 from echo_gating.errors import CalibrationError, GatingError
 from echo_gating.maps import AcceptanceMaps
+from echo_gating.signals import GATE_SIGNALS
 
 
 class GateMode(enum.Enum):
@@ -73,8 +77,13 @@ class GatePolicy:
     gate_maps: AcceptanceMaps | None = None  # log C_b(d) -> P(request accepts at depth d)
     reference: Mapping[int, DepthStats] = field(default_factory=dict)
     calibrated_for: Mapping[str, str] = field(default_factory=dict)  # target, drafter, sampling
+    signal: str = "layer_confidence"  # what the thresholds compare with (GATE_SIGNALS)
 
     def __post_init__(self) -> None:
+        if self.signal not in GATE_SIGNALS:
+            raise CalibrationError(
+                f"gate signal {self.signal!r} is not one of {sorted(GATE_SIGNALS)}"
+            )
         if not isinstance(self.version, str) or not self.version:
             raise CalibrationError(
                 f"policy version must be a non-empty string, got {self.version!r}"
@@ -104,7 +113,9 @@ class GatePolicy:
         object.__setattr__(self, "calibrated_for", dict(sorted(self.calibrated_for.items())))
 
     def __hash__(self) -> int:  # the mappings are dicts; hash what identifies the gating
-        return hash((self.version, self.mode, tuple(self.thresholds.items()), self.max_depth))
+        return hash(
+            (self.version, self.mode, tuple(self.thresholds.items()), self.max_depth, self.signal)
+        )
 
     def _check_mode(self, thresholds: Mapping[int, float]) -> None:
         every = set(range(1, self.max_depth + 1))

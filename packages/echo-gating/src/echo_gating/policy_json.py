@@ -12,6 +12,9 @@ others allowed; object keys of depth maps are decimal depths >= 1)::
      "reference": {"1": {"count": 1000, "accepted": 700, "auc": 0.93}, ...},
      "calibrated_for": {"target": "SmolLM2-135M", "drafter": "eagle-4m", "temperature": "0"}}
 
+``"signal"`` is the one optional field: written only when it is not ``"layer_confidence"`` (so
+older documents and their digests stay valid), read back with that default.
+
 Every violation raises :class:`CalibrationError` naming the field and the value, e.g.
 ``thresholds["2"] is nan``, ``missing field 'mode'``, ``depth 0 in reference``. The content hash
 ``policy_digest`` (sha256 over the canonical document with an empty version) is the default
@@ -45,11 +48,13 @@ _FIELDS = (
     "reference",
     "calibrated_for",
 )
+_OPTIONAL = ("signal",)
+DEFAULT_SIGNAL = "layer_confidence"
 _DEPTH_KEY = re.compile(r"-?[0-9]+")
 
 
 def policy_to_dict(policy: GatePolicy) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "version": policy.version,
@@ -66,6 +71,9 @@ def policy_to_dict(policy: GatePolicy) -> dict[str, Any]:
         },
         "calibrated_for": dict(policy.calibrated_for),
     }
+    if policy.signal != DEFAULT_SIGNAL:
+        doc["signal"] = policy.signal
+    return doc
 
 
 def policy_to_json(policy: GatePolicy) -> str:
@@ -93,7 +101,7 @@ def policy_from_json(text: str) -> GatePolicy:
     missing = [f for f in _FIELDS if f not in doc]
     if missing:
         raise CalibrationError(f"gate policy: missing field {missing[0]!r}")
-    unknown = sorted(set(doc) - set(_FIELDS))
+    unknown = sorted(set(doc) - set(_FIELDS) - set(_OPTIONAL))
     if unknown:
         raise CalibrationError(f"gate policy: unknown field {unknown[0]!r}")
     if doc["schema"] != SCHEMA:
@@ -126,6 +134,9 @@ def policy_from_json(text: str) -> GatePolicy:
         isinstance(v, str) for v in calibrated_for.values()
     ):
         raise CalibrationError("gate policy: calibrated_for must map strings to strings")
+    signal = doc.get("signal", DEFAULT_SIGNAL)
+    if not isinstance(signal, str):
+        raise CalibrationError(f"gate policy: signal must be a string, got {signal!r}")
     return GatePolicy(
         version=doc["version"],
         mode=mode,
@@ -135,6 +146,7 @@ def policy_from_json(text: str) -> GatePolicy:
         gate_maps=_maps(doc["gate_maps"], "gate_maps"),
         reference=reference,
         calibrated_for=calibrated_for,
+        signal=signal,
     )
 
 

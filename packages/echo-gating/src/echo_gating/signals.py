@@ -6,7 +6,13 @@ Formulas (``P`` = path score, ``q`` = draft distribution at a node's parent):
 - layer confidence of request b at depth d: ``C_b(d) = max_{i in b, depth_i = d} P_i``, and
   ``C_b(d) = 0`` when b has no depth-d node (the gate then truncates it unless its threshold is 0);
 - draft entropy at a node's parent: ``H = -sum_v q(v) log q(v)`` (nats);
-- top-2 margin at a node's parent: ``q_(1) - q_(2)``, the gap between the two most likely tokens.
+- top-2 margin at a node's parent: ``q_(1) - q_(2)``, the gap between the two most likely tokens;
+- sibling margin of request b at depth d (a gate signal the ranking key does not hold: the key
+  sees each node's own path score, not its rivals): take b's best depth-d node i* (highest
+  ``P_i``, ties to the largest margin) and its drafted siblings S (the children of its parent,
+  i* included); ``M_b(d) = q_(1) - q_(2)`` over ``{q(a) : a in S}``, with ``q_(2) = 0`` for an
+  only child and ``M_b(d) = 0`` when b has no depth-d node. It equals ``top2_margin`` of the
+  parent's draft distribution whenever the drafter kept at least its two best children.
 
 Worked example: request 0 has depth-1 nodes with draft log-probs ``log 0.6`` and ``log 0.3`` and a
 depth-2 child of the first with ``log 0.5``; request 1 is empty. Then
@@ -64,6 +70,52 @@ def node_layer_confidence(pool: TreeBatch) -> Tensor:
         return torch.zeros(0, dtype=torch.float32, device=pool.device)
     table = depth_confidences(pool)  # [B, D]
     return table[pool.request_index(), pool.depth - 1]
+
+
+def sibling_margin(pool: TreeBatch, depth: int) -> Tensor:
+    """Sibling margin ``M_b(depth)`` of every request (module docstring): [B] float32 in [0, 1]."""
+    if depth < 1:
+        raise GatingError(f"depth must be >= 1 (root children have depth 1), got {depth}")
+    b, n = pool.batch_size, pool.num_nodes
+    out = torch.zeros(b, dtype=torch.float32, device=pool.device)
+    idx = (pool.depth == depth).nonzero().squeeze(1)
+    if idx.numel() == 0:
+        return out
+    req = pool.request_index()[idx]
+    gp = pool.global_parent()[idx]
+    group = torch.where(gp >= 0, gp, n + req)  # siblings share a parent (or the request's root)
+    q = pool.draft_logprob[idx].to(torch.float32).exp()
+    first = torch.zeros(n + b, dtype=torch.float32, device=pool.device)
+    first.scatter_reduce_(0, group, q, reduce="amax", include_self=True)
+    is_top = q >= first[group]
+    tops = torch.zeros(n + b, dtype=torch.int64, device=pool.device).index_add_(
+        0, group, is_top.to(torch.int64)
+    )
+    second = torch.zeros(n + b, dtype=torch.float32, device=pool.device)
+    second.scatter_reduce_(0, group, torch.where(is_top, 0.0, q), reduce="amax", include_self=True)
+    second = torch.where(tops > 1, first, second)  # a tie for first: margin 0
+    margin = (first - second)[group]  # [n_d], the margin of each node's sibling group
+    path = pool.path_logprob[idx].to(torch.float32)
+    best = torch.full((b,), -torch.inf, dtype=torch.float32, device=pool.device)
+    best.scatter_reduce_(0, req, path, reduce="amax", include_self=True)
+    at_best = path >= best[req]
+    out.scatter_reduce_(
+        0, req, torch.where(at_best, margin, 0.0), reduce="amax", include_self=True
+    )
+    return out
+
+
+GATE_SIGNALS = {"layer_confidence": layer_confidence, "sibling_margin": sibling_margin}
+"""Per-request signals a gate may threshold at a checkpoint: name -> f(pool, depth) -> [B]."""
+
+
+def gate_signal(pool: TreeBatch, depth: int, name: str) -> Tensor:
+    """The gate signal ``name`` of every request at ``depth``: [B] float32 in [0, 1]."""
+    try:
+        fn = GATE_SIGNALS[name]
+    except KeyError:
+        raise GatingError(f"unknown gate signal {name!r}; known: {sorted(GATE_SIGNALS)}") from None
+    return fn(pool, depth)
 
 
 def draft_entropy(logprobs: Tensor) -> Tensor:

@@ -67,7 +67,10 @@ def test_no_arm_beats_the_oracle(trace_file: Path) -> None:
     gates = calibrate_rows(warm, 8)
     steps = compose_steps(evaluation, 4, 6, 0)
     costs = list(roofline_costs().values())
-    rows = replay_cell("syn", steps, gates, default_arms(), costs, ReplaySpec(resamples=50))
+    tuning = compose_steps(warm, 4, 2, 1)
+    spec = ReplaySpec(resamples=50)
+    rows = replay_cell("syn", steps, gates, default_arms(), costs, spec, tuning)
+    assert {r["gate_choice"] for r in rows if r["arm"] == "echo_utility"}  # one per cost model
     for r in rows:
         assert 0.0 <= r["eta"] <= 1.0 + 1e-9, r
         if "coverage" in r:

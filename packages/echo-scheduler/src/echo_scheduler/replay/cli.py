@@ -56,13 +56,21 @@ def trace_name(path: Path) -> str:
 
 def _cell(
     job: tuple[
-        str, list[TraceRow], dict[str, GatePolicy], list[Arm], list[StepCost], ReplaySpec, int
+        str,
+        list[TraceRow],
+        list[TraceRow],
+        dict[str, GatePolicy],
+        list[Arm],
+        list[StepCost],
+        ReplaySpec,
+        int,
     ],
 ) -> list[dict[str, Any]]:
-    name, rows, gates, arms, costs, spec, batch = job
+    name, rows, warm, gates, arms, costs, spec, batch = job
     torch.set_num_threads(1)
     steps = compose_steps(rows, batch, spec.steps, spec.seed)
-    return replay_cell(name, steps, gates, arms, costs, spec)
+    tuning = compose_steps(warm, batch, spec.tune_steps, spec.seed + 1)
+    return replay_cell(name, steps, gates, arms, costs, spec, tuning)
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -85,6 +93,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=_DEFAULT.seed)
     p.add_argument("--calibration-share", type=float, default=_DEFAULT.calibration_share)
     p.add_argument("--resamples", type=int, default=_DEFAULT.resamples)
+    p.add_argument(
+        "--tune-steps",
+        type=int,
+        default=_DEFAULT.tune_steps,
+        help="warm-up batches per cell for echo_utility's gate choice",
+    )
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     return p.parse_args(argv)
 
@@ -122,7 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         costs, notes = _costs(args)
         arms = select_arms(default_arms(), args.arms)
-        spec = ReplaySpec(args.steps, args.seed, args.calibration_share, args.resamples)
+        spec = ReplaySpec(
+            args.steps, args.seed, args.calibration_share, args.resamples, args.tune_steps
+        )
         config = PolicyConfig.high_concurrency()
         jobs = []
         for path in args.traces:
@@ -131,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             gates = calibrate_rows(warm, config.max_depth)
             for b in sorted({b for _, bs in costs for b in bs}):
                 at_b = [c for c, bs in costs if b in bs]
-                jobs.append((name, evaluation, gates, arms, at_b, spec, b))
+                jobs.append((name, evaluation, warm, gates, arms, at_b, spec, b))
     except (SchedulerError, ValueError) as exc:
         print(f"echo-sd sim: {exc}", file=sys.stderr)
         return 2
@@ -177,6 +193,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
     show = (
         "plain",
         *GATE_NAMES,
+        "echo_utility",
         "chain*",
         "static*",
         "eagle2*",
@@ -185,7 +202,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
     )
     head = (
         f"{'trace':<10} {'cost':<18} {'B':>4} {'arm':<16} {'tok/s':>10} {'xplain':>7} "
-        f"{'/echo':>6} {'95% CI':>15} {'eta':>5} {'MAL':>5} {'best of':<14}"
+        f"{'/echo':>6} {'95% CI':>15} {'eta':>5} {'MAL':>5} {'best of / gate':<14}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
@@ -198,7 +215,7 @@ def summary_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"{r['trace']:<10} {r['cost_model']:<18} {r['batch']:>4} {r['arm']:<16} "
             f"{r['tokens_per_s']:>10.1f} {r['vs_plain']:>7.3f} {ratio:>6} {ci_s:>15} "
-            f"{r['eta']:>5.3f} {mal:>5} {r.get('best_of', ''):<14}"
+            f"{r['eta']:>5.3f} {mal:>5} {r.get('best_of', r.get('gate_choice', '')):<14}"
         )
     return "\n".join(lines)
 

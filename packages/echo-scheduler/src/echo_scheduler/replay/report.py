@@ -3,8 +3,9 @@
 One table per cost model, one line per (trace, B): plain decoding's rate, ECHO's speedup over
 it, the best fixed baseline (the best point of the chain, static and EAGLE-2 grids, chosen in
 hindsight on the same steps, so its interval is optimistic for the baseline) and ECHO's ratio
-to it with the paired 95% interval, the gate variants as ratios to ECHO, and eta of ECHO and of
-that baseline.
+to it with the paired 95% interval, the gate variants as ratios to ECHO (``utility``: the gate
+chosen by simulated net utility on warm-up steps, with its choice), and eta of ECHO and of that
+baseline.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ def _vs(arms: dict[str, Any], name: str) -> str:
     return f"{arms[name]['ratio_vs_echo']:.3f}" if name in arms else "-"
 
 
+def _utility(arms: dict[str, Any]) -> str:
+    row = arms.get("echo_utility")
+    return "-" if row is None else f"{row['ratio_vs_echo']:.3f} ({row['gate_choice']})"
+
+
 def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
     lines: list[str] = []
     cells = _cells(rows)
@@ -33,8 +39,9 @@ def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
         lines += [
             f"\n**{cost}**\n",
             "| trace | B | plain tok/s | ECHO x plain | best fixed | ECHO / best [95% CI] "
-            "| no gate | dense | fixed | 2 checkpoints | 2, next labels | eta ECHO | eta best |",
-            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| no gate | dense | fixed | 2 checkpoints | 2, next labels | utility (choice) "
+            "| eta ECHO | eta best |",
+            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         ]
         for (c, trace, b), arms in cells.items():
             if c != cost or "echo" not in arms:
@@ -57,7 +64,7 @@ def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
                 f"{1 / best['ratio_vs_echo']:.3f} [{1 / hi:.3f}, {1 / lo:.3f}] | "
                 f"{_vs(arms, 'echo_nogate')} | {_vs(arms, 'echo_dense')} | "
                 f"{_vs(arms, 'echo_fixed')} | {_vs(arms, 'echo_k2')} | "
-                f"{_vs(arms, 'echo_next_k2')} | "
+                f"{_vs(arms, 'echo_next_k2')} | {_utility(arms)} | "
                 f"{echo['eta']:.2f} | {best['eta']:.2f} |"
             )
     return "\n".join(lines)

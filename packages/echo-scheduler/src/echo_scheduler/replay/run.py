@@ -13,7 +13,9 @@ arms with the floor are driven once per cost model, the floor fed the modelled p
 A step's seconds are the cost model's (:mod:`echo_scheduler.replay.costs`); an arm's rate is
 ``sum_i (B + a_i) / sum_i t_i``. Every arm is compared with ``echo`` on the same steps by a
 paired bootstrap (:mod:`echo_scheduler.replay.paired`) and with the hindsight oracle by eta
-(:mod:`echo_scheduler.replay.hindsight`). No wall clock enters any number.
+(:mod:`echo_scheduler.replay.hindsight`). The ``echo_utility`` arm's gate is chosen per (cost
+model, B) on ``tune_steps`` batches composed from the warm-up rows
+(:mod:`echo_scheduler.replay.utility`). No wall clock enters any number.
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import StepOutcome
 from echo_scheduler.outcome import accepted_lengths, accepted_mask
 from echo_scheduler.policies import make_policy
-from echo_scheduler.replay.arms import Arm
+from echo_scheduler.replay.arms import UTILITY_ARM, Arm
 from echo_scheduler.replay.costs import AtBatch, StepCost
 from echo_scheduler.replay.gates import calibrate_variants, warmup_records
 from echo_scheduler.replay.hindsight import OracleRun, oracle_run
 from echo_scheduler.replay.paired import paired, resample_index
+from echo_scheduler.replay.utility import GateChoice, candidate_gates, choose_gate
 from echo_scheduler.rows import TraceRow, compose, stack
 from echo_scheduler.simulator import SimSource
 from echo_scheduler.trace import RecordedStep
@@ -52,11 +55,13 @@ class ReplaySpec:
     seed: int = 0
     calibration_share: float = 0.3
     resamples: int = 2000
+    tune_steps: int = 8  # warm-up batches per cell on which echo_utility's gate is chosen
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.resamples < 1:
+        if min(self.steps, self.resamples, self.tune_steps) < 1:
             raise TraceError(
-                f"steps and resamples must be >= 1, got {self.steps}, {self.resamples}"
+                f"steps, resamples and tune_steps must be >= 1, got {self.steps}, "
+                f"{self.resamples}, {self.tune_steps}"
             )
 
 
@@ -69,6 +74,12 @@ class ArmSteps:
     calls: Tensor
     expansions: Tensor
     own_reach: Tensor  # accepted nodes reachable in the arm's own pool (capped per request)
+
+    def rate(self, cost: StepCost, batch: int) -> float:
+        """``sum_i (B + a_i) / sum_i t_i`` (tokens/s) over the steps."""
+        total = float(self.seconds(cost, batch).sum())
+        tokens = batch * int(self.accepted.numel()) + int(self.accepted.sum())
+        return tokens / total if total > 0 else 0.0
 
     def seconds(self, cost: StepCost, batch: int) -> Tensor:
         return torch.tensor(
@@ -181,6 +192,23 @@ def _row(
     }
 
 
+def utility_gate(
+    arm: Arm,
+    tuning: Sequence[RecordedStep],
+    gates: Mapping[str, GatePolicy],
+    cost: StepCost,
+) -> GateChoice:
+    """``arm``'s gate for one cost model, chosen on the tuning steps (replay.utility)."""
+    if not tuning:
+        raise TraceError(f"arm {arm.name} needs tuning steps composed from the warm-up rows")
+    b = tuning[0].batch_size
+
+    def rate(gate: GatePolicy) -> float:
+        return drive_arm(arm, tuning, {**gates, arm.name: gate}, cost).rate(cost, b)
+
+    return choose_gate(candidate_gates(gates["echo_nogate"], tuning), rate)
+
+
 def replay_cell(
     trace: str,
     steps: Sequence[RecordedStep],
@@ -188,8 +216,12 @@ def replay_cell(
     arms: Sequence[Arm],
     costs: Sequence[StepCost],
     spec: ReplaySpec,
+    tuning: Sequence[RecordedStep] = (),
 ) -> list[dict[str, Any]]:
-    """Every arm under every cost model on one (trace, B) cell; one JSON row per (cost, arm)."""
+    """Every arm under every cost model on one (trace, B) cell; one JSON row per (cost, arm).
+
+    ``tuning``: warm-up steps at the same B, for the ``echo_utility`` arm's gate choice.
+    """
     b = steps[0].batch_size
     fixed = {a.name: drive_arm(a, steps, gates) for a in arms if not a.floor}
     reaches = [torch.minimum(st.reachable(0), st.max_nodes) for st in steps]
@@ -199,8 +231,12 @@ def replay_cell(
     for cost in costs:
         oracle = oracle_run(reaches, cost)
         cell = []
+        chosen = {
+            a.name: utility_gate(a, tuning, gates, cost) for a in arms if a.gate == UTILITY_ARM
+        }
+        at_cost = {**gates, **{name: c.gate for name, c in chosen.items()}}
         series = {
-            a.name: (fixed[a.name] if not a.floor else drive_arm(a, steps, gates, cost))
+            a.name: (fixed[a.name] if not a.floor else drive_arm(a, steps, at_cost, cost))
             for a in arms
         }
         seconds = {n: s.seconds(cost, b) for n, s in series.items()}
@@ -208,6 +244,10 @@ def replay_cell(
         for a in arms:
             row = _row(a, series[a.name], seconds[a.name], b, oracle, ref_reach)
             row.update({"trace": trace, "cost_model": cost.name, "batch": b})
+            if a.name in chosen:
+                row.update(
+                    {"gate_choice": chosen[a.name].label, "tuning_gain": chosen[a.name].gain}
+                )
             if "echo" in series:
                 p = paired(tokens[a.name], seconds[a.name], tokens["echo"], seconds["echo"], index)
                 row.update(
