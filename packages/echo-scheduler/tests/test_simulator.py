@@ -9,9 +9,16 @@ import torch
 
 from echo_core.tree import empty_tree
 from echo_gating.policy import GatePolicy
-from echo_scheduler.compare import format_table, main, simulate
+from echo_scheduler.compare import (
+    depth_price,
+    format_table,
+    main,
+    node_price,
+    simulate,
+    step_rate,
+)
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.cost import VerifyCostModel
+from echo_scheduler.cost import Hardware, ModelGeometry, VerifyCostModel
 from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import DraftPlan
 from echo_scheduler.outcome import accepted_lengths, accepted_mask, oracle_accepted
@@ -113,3 +120,19 @@ def test_simulate_prints_a_row_per_policy_and_budget(capsys: pytest.CaptureFixtu
     assert "echo" in format_table(rows)
     assert main(["--batch-sizes", "8", "--steps", "1", "--policies", "plain", "echo"]) == 0
     assert "acc/orc" in capsys.readouterr().out
+
+
+def test_compare_prices_drafting_per_call_and_per_node() -> None:
+    verify = VerifyCostModel.roofline(Hardware.h100(), ModelGeometry.llama31_8b(), 16, 1024)
+    draft = DraftCostModel(per_call_s=4e-4, per_node_s=2e-5)
+    rate = step_rate(verify, 16, 64)
+    assert rate == pytest.approx(32 / verify.latency_at(80))
+    assert depth_price(verify, draft, 16, 64) == pytest.approx(4e-4 * rate)
+    assert node_price(verify, draft, 16, 64) == pytest.approx(2e-5 * rate)
+    # a node price no drafted node can promise stops ECHO's drafting after the roots
+    step = load_trace(TRACE)[0]
+    free = run_step(make_policy("echo", CONFIG), step, 24, CONFIG.draft_width)
+    dear = run_step(make_policy("echo", CONFIG), step, 24, CONFIG.draft_width, node_price=2.0)
+    assert free.calls > 1
+    assert dear.calls == 1
+    assert dear.expansions < free.expansions

@@ -99,9 +99,7 @@ def sibling_margin(pool: TreeBatch, depth: int) -> Tensor:
     best = torch.full((b,), -torch.inf, dtype=torch.float32, device=pool.device)
     best.scatter_reduce_(0, req, path, reduce="amax", include_self=True)
     at_best = path >= best[req]
-    out.scatter_reduce_(
-        0, req, torch.where(at_best, margin, 0.0), reduce="amax", include_self=True
-    )
+    out.scatter_reduce_(0, req, torch.where(at_best, margin, 0.0), reduce="amax", include_self=True)
     return out
 
 

@@ -6,7 +6,8 @@ are calibrated first, as in the paper's warm-up: separate warm-up steps are draf
 without gating, every node is recorded with its acceptance, and echo-gating's ``calibrate``
 returns the sparse (``echo``), dense (``echo_dense``) and fixed-threshold (``echo_fixed``) gates
 (``echo_reserve`` uses the sparse one). B <= 4 uses the low-concurrency config, larger B the
-high-concurrency one; ECHO's ``min_depth_gain`` is set to :func:`depth_price`. The table
+high-concurrency one; ECHO's ``min_depth_gain`` is set to :func:`depth_price` and every step's
+``node_price`` to :func:`node_price` (the drafting cost per call and per expanded node). The table
 reports per step: accepted draft tokens, verified, mean accepted length (incl. bonus), draft
 yield, simulated tokens/s, and ratios to the oracle (``acc/orc``) and to the best selection from
 the policy's own pool (``acc/pool``). ``--json PATH`` also writes every row.
@@ -53,13 +54,21 @@ def calibrate_gates(
     return calibrate_variants(records, config.max_depth, cost_ratio)
 
 
-def depth_price(verify: VerifyCostModel, draft: DraftCostModel, batch: int, budget: int) -> float:
-    """Tokens one more drafter call must promise: its time at the step's expected throughput.
+def step_rate(verify: VerifyCostModel, batch: int, budget: int) -> float:
+    """The step's expected throughput ``(B + min(K, B)) / t_verify(B + K)`` (tokens/s): a step
+    is assumed to emit about one accepted token per request on top of the bonus token (the
+    simulated MAT is 2-5)."""
+    return (batch + min(budget, batch)) / verify.latency_at(batch + budget)
 
-    ``per_call_s * (B + min(K, B)) / t_verify(B + K)``: a step is assumed to emit about one
-    accepted token per request on top of the bonus token (the simulated MAT is 2-5).
-    """
-    return draft.per_call_s * (batch + min(budget, batch)) / verify.latency_at(batch + budget)
+
+def depth_price(verify: VerifyCostModel, draft: DraftCostModel, batch: int, budget: int) -> float:
+    """Tokens one more drafter call must promise: ``per_call_s * step_rate``."""
+    return draft.per_call_s * step_rate(verify, batch, budget)
+
+
+def node_price(verify: VerifyCostModel, draft: DraftCostModel, batch: int, budget: int) -> float:
+    """Tokens one more expanded node must promise: ``per_node_s * step_rate``."""
+    return draft.per_node_s * step_rate(verify, batch, budget)
 
 
 def make(name: str, config: PolicyConfig, gates: dict[str, GatePolicy]) -> BasePolicy:
@@ -87,9 +96,10 @@ def simulate(
         budgets = {"1/req": b, "4/req": 4 * b, "knee": max(verify.k_max(b), 1)}
         for label, k in budgets.items():
             priced = replace(config, min_depth_gain=depth_price(verify, draft, b, k))
+            per_node = node_price(verify, draft, b, k)
             for name in policies:
                 policy = make(name, priced, gates)
-                results = [run_step(policy, s, k, config.draft_width) for s in trace]
+                results = [run_step(policy, s, k, config.draft_width, per_node) for s in trace]
                 rows.append(Row(b, label, k, name, summarize(results, b, verify, draft)))
     return rows
 

@@ -87,20 +87,36 @@ def drive(
     budget: int,
     min_utility: float = 0.0,
     depth_price: float | None = None,
+    node_price: float | None = None,
 ) -> DrivenStep:
     """One step through the policy driver (:func:`~echo_scheduler.driver.drive_step`, strict:
     a policy still drafting after ``MAX_DRAFT_DEPTH`` depths is an error).
 
-    ``min_utility`` / ``depth_price``: the engine's elastic cost floor (echo_scheduler.elastic).
+    ``min_utility`` / ``depth_price`` / ``node_price``: the engine's elastic cost floor
+    (echo_scheduler.elastic).
     """
-    batch = StepBatch(step.batch_size, budget, step.max_nodes, min_utility, depth_price)
+    batch = StepBatch(
+        step.batch_size,
+        budget,
+        step.max_nodes,
+        min_utility,
+        depth_price=depth_price,
+        node_price=node_price,
+    )
     return drive_step(policy, SimSource(step), batch, strict=True)
 
 
-def run_step(policy: Policy, step: SimStep, budget: int, oracle_width: int) -> StepResult:
-    """One step of ``policy`` on ``step`` with budget K, verified and fed back."""
+def run_step(
+    policy: Policy,
+    step: SimStep,
+    budget: int,
+    oracle_width: int,
+    node_price: float | None = None,
+) -> StepResult:
+    """One step of ``policy`` on ``step`` with budget K, verified and fed back (``node_price``:
+    tokens each expanded node must promise, as the engine's floor sets it)."""
     b = step.batch_size
-    run = drive(policy, step, budget)
+    run = drive(policy, step, budget, node_price=node_price)
     pool, keep = run.pool, run.keep
     lengths = accepted_lengths(pool, keep, step.target)
     verified = torch.bincount(pool.request_index()[keep], minlength=b)

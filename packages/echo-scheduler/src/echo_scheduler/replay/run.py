@@ -55,7 +55,7 @@ class ReplaySpec:
     seed: int = 0
     calibration_share: float = 0.3
     resamples: int = 2000
-    tune_steps: int = 8  # warm-up batches per cell on which echo_utility's gate is chosen
+    tune_steps: int = 6  # warm-up batches per cell on which echo_utility's gate is chosen
 
     def __post_init__(self) -> None:
         if min(self.steps, self.resamples, self.tune_steps) < 1:

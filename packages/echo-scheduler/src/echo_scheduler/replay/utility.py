@@ -33,8 +33,10 @@ from echo_gating.signals import gate_signal
 from echo_scheduler.trace import RecordedStep
 
 UTILITY_SIGNALS = ("layer_confidence", "sibling_margin")
-UTILITY_DEPTHS = (1, 2, 3)
+UTILITY_DEPTHS = (1, 2)
 UTILITY_SHARES = (0.25, 0.5)
+"""Grid of 1 + 2 x 2 x 2 = 9 candidates: depth 3 was tried (13 candidates) and chosen in 3 of 45
+cells, each with a tuning gain under 1%, for 90 s more replay time (past the 3-minute budget)."""
 MIN_GAIN = 0.005
 """A checkpoint is chosen only if its tuning rate beats no checkpoint's by more than 0.5%."""
 
