@@ -123,8 +123,10 @@ def ranks_in_order(group: Tensor, perm: Tensor, mask: Tensor | None = None) -> T
     first = torch.ones(n, dtype=torch.bool, device=group.device)
     first[1:] = g[1:] != g[:-1]
     count = torch.cumsum(m.to(torch.int64), 0)
-    before = (count - m.to(torch.int64))[first]  # masked elements before each group
-    rank = count - 1 - before[torch.cumsum(first.to(torch.int64), 0) - 1]
+    # masked elements before each element's group: the value of count - m at the group's first
+    # element, carried forward by a running max (those values never decrease along perm)
+    before = torch.cummax(torch.where(first, count - m.to(torch.int64), 0), 0).values
+    rank = count - 1 - before
     out[perm] = torch.where(m, rank, UNRANKED)
     return out
 

@@ -191,7 +191,8 @@ class EchoPolicy(BasePolicy):
         """
         at_depth = pool.depth == depth
         top = torch.full((pool.batch_size,), -torch.inf, device=pool.device)
-        top.scatter_reduce_(0, ix.req[at_depth], pool.draft_logprob[at_depth], reduce="amax")
+        lp = torch.where(at_depth, pool.draft_logprob, -torch.inf)  # no mask gather: no sync
+        top.scatter_reduce_(0, ix.req, lp, reduce="amax")
         guess_logp = pool.path_logprob + top[ix.req].clamp(max=0.0)
         maps = self.gate.acceptance_maps
         if maps is None:
@@ -218,7 +219,7 @@ class EchoPolicy(BasePolicy):
             tier = torch.where(base, BASE, tier)
         by_key = inverse(kpos)
         ranked = tier[by_key]
-        perm = torch.cat([by_key[ranked == t] for t in (BASE, DEPTH, WIDTH, REINVEST)])
+        perm = by_key[torch.sort(ranked, stable=True).indices]  # tier-major, key order within
         return _Order(inverse(perm), eligible, tier, group, grouped)
 
     def select(self, pool: TreeBatch) -> Tensor:
