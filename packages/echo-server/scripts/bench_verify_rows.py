@@ -1,4 +1,7 @@
-"""Cost of one target forward over T rows: oneDNN-packed projections vs ``F.linear``.
+"""Cost of one target forward over T rows: the engine's projections vs ``F.linear``.
+
+The engine's (``packed`` column) are oneDNN-packed from two rows on; one row takes whichever
+path ``echo_server.model.linear.single_row_path`` chose at load (``ECHO_LINEAR_SINGLE_ROW``).
 
 One request with a 64-token cached prefix verifies a chain of T - 1 draft rows (T rows in all),
 the shape of a batch-1 verify pass. Both runners share the same weights in one process and are
@@ -57,7 +60,11 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    base = load_model_only(None, dtype=torch.float32)
+    os.environ["ECHO_PACKED_LINEAR"] = "0"  # the base keeps its plain weights for both runners
+    try:
+        base = load_model_only(None, dtype=torch.float32)
+    finally:
+        os.environ.pop("ECHO_PACKED_LINEAR", None)
     runners = {"F.linear": _runner(False, base), "packed": _runner(True, base)}
     if runners["packed"].lm_head.packed is None:
         raise SystemExit("oneDNN packing is not available on this machine")

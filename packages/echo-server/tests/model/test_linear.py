@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from echo_core.tolerance import float_tolerance
-from echo_server.model.linear import Linear, packing_available
+from echo_server.model.linear import Linear, packing_available, single_row_path
 
 
 def rounding_atol(w: torch.Tensor, expected: torch.Tensor) -> float:
@@ -64,3 +64,31 @@ def test_packs_float32_cpu_weights_only_and_can_be_turned_off(
     monkeypatch.setenv("ECHO_PACKED_LINEAR", "0")
     assert not packing_available(w)
     assert Linear(w).packed is None
+
+
+@pytest.mark.skipif(not packing_available(torch.zeros(2, 2)), reason="needs oneDNN packing")
+def test_single_rows_take_the_plain_weight_when_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    w, b = _weights()
+    lin = Linear(w, b)
+    x = torch.randn(5, w.shape[1], generator=torch.Generator().manual_seed(1))
+    packed_rows = lin(x)
+    packed_one = lin(x[:1])
+    lin.plain_single_row = True
+    assert torch.equal(lin(x[:1]), F.linear(x[:1], w, b))  # the GEMV, bitwise
+    assert torch.equal(lin(x[2:3].reshape(1, 1, -1)).reshape(1, -1), F.linear(x[2:3], w, b))
+    assert torch.equal(lin(x), packed_rows)  # two or more rows stay packed
+    assert not lin.release_plain()  # the plain copy serves single rows: it stays
+    assert lin.weight is not None
+    lin.plain_single_row = False
+    assert torch.equal(lin(x[:1]), packed_one)
+    assert lin.release_plain()
+    assert single_row_path(lin) is False  # nothing plain left to choose
+    fresh = Linear(w, b)
+    for mode, want in (("plain", True), ("packed", False)):
+        monkeypatch.setenv("ECHO_LINEAR_SINGLE_ROW", mode)
+        assert single_row_path(fresh) is want
+    monkeypatch.setenv("ECHO_LINEAR_SINGLE_ROW", "auto")
+    assert single_row_path(fresh) in (True, False)  # timed: either answer is legitimate
+    monkeypatch.setenv("ECHO_LINEAR_SINGLE_ROW", "fast")
+    with pytest.raises(ValueError, match="ECHO_LINEAR_SINGLE_ROW must be one of"):
+        single_row_path(fresh)

@@ -18,11 +18,24 @@ official CPU wheels are); everything else keeps ``F.linear``. ``ECHO_PACKED_LINE
 off. A model keeps one copy: :class:`~echo_server.model.llama.LlamaModel` releases the plain
 copy of each packed layer projection (:meth:`Linear.release_plain`); the lm_head keeps both, since
 its plain tensor is also the (tied) embedding and the draft head's output layer.
+
+Single rows. Whether packing pays for one row depends on the CPU: on the AMD EPYC VM (one
+thread, SmolLM2 shapes, 2026-12-01) ``F.linear``'s GEMV took 0.44-0.66x the packed time for the
+layer projections and 0.92x for the lm_head at one row, while packing won 1.2-2.3x from two
+rows on (o_proj from six); the whole 1-row forward took 88 ms with ``F.linear`` and 107 ms
+packed. Plain decoding runs one row per request per step, so a packed-only model handicaps it.
+:func:`single_row_path` decides per weight shape, once per process
+(``ECHO_LINEAR_SINGLE_ROW=auto``, the default: the faster of the two on a timed 1-row call;
+``plain`` / ``packed`` force it); a :class:`Linear` whose single-row path is plain keeps its plain
+copy and uses it for 1-row calls only. The 1-row call was already a path of its own (GEMV), so
+this adds no new kind of rounding difference between a decode step and a verify pass.
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -49,13 +62,14 @@ class Linear:
         self.bias = bias
         self.out_features = weight.shape[0]
         self.packed: Tensor | None = None
+        self.plain_single_row = False  # 1-row calls use F.linear (module docstring)
         if packing_available(weight):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
 
     def release_plain(self) -> bool:
         """Drop the plain weight when a packed copy serves every call (one copy in memory);
-        False when nothing was packed, so the plain weight is the only copy."""
-        if self.packed is None:
+        False when nothing was packed or single rows use the plain weight."""
+        if self.packed is None or self.plain_single_row:
             return False
         self.weight = None
         return True
@@ -63,7 +77,7 @@ class Linear:
     def __call__(self, x: Tensor) -> Tensor:
         if x.numel() == 0:
             return x.new_zeros(*x.shape[:-1], self.out_features)
-        if self.packed is None:
+        if self.packed is None or (self.plain_single_row and x.numel() == x.shape[-1]):
             assert self.weight is not None  # released only when packed
             return F.linear(x, self.weight, self.bias)
         rows = x.reshape(-1, x.shape[-1]).contiguous()
@@ -71,3 +85,43 @@ class Linear:
             rows, self.packed, self.bias, "none", [], ""
         )
         return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+SINGLE_ROW_MODES = ("auto", "plain", "packed")
+TIMED_CALLS = 5  # per repeat; the median of REPEATS repeats decides
+REPEATS = 5
+
+
+def single_row_path(linear: Linear, mode: str | None = None) -> bool:
+    """Whether 1-row calls of ``linear`` (and of every Linear of its shape) should use the plain
+    weight: ``mode`` (default ``ECHO_LINEAR_SINGLE_ROW``, else ``auto``) ``plain`` / ``packed``
+    force it; ``auto`` times one row both ways (median of 5 x 5 calls) and takes the faster."""
+    mode = mode or os.environ.get("ECHO_LINEAR_SINGLE_ROW", "auto")
+    if mode not in SINGLE_ROW_MODES:
+        raise ValueError(f"ECHO_LINEAR_SINGLE_ROW must be one of {SINGLE_ROW_MODES}, got {mode!r}")
+    if linear.packed is None or linear.weight is None:
+        return False
+    if mode != "auto":
+        return mode == "plain"
+    weight, packed = linear.weight, linear.packed
+    x = torch.zeros(1, weight.shape[1], dtype=weight.dtype, device=weight.device)
+
+    def plain() -> Tensor:
+        return F.linear(x, weight, linear.bias)
+
+    def onednn() -> Tensor:
+        out: Tensor = torch.ops.mkldnn._linear_pointwise(x, packed, linear.bias, "none", [], "")
+        return out
+
+    return _median_s(plain) < _median_s(onednn)
+
+
+def _median_s(fn: Callable[[], Tensor]) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        for _ in range(TIMED_CALLS):
+            fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[REPEATS // 2]

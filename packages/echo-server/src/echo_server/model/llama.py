@@ -18,15 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import structlog
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from echo_server.model.attention import AttentionBackend, AttentionBatch
 from echo_server.model.config import ModelConfig
-from echo_server.model.linear import Linear
+from echo_server.model.linear import Linear, single_row_path
 from echo_server.model.rope import RotaryTable, rotate
 from echo_server.model.torch_attention import TorchAttention
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,7 @@ class LlamaModel:
         self.scale = config.head_dim**-0.5
         self.linears = tuple(_LayerLinears.of(layer) for layer in weights.layers)
         self.lm_head = Linear(weights.lm_head)
+        self.single_row_plain = _choose_single_rows(self.linears, self.lm_head)
         self.weights = _release_packed(weights, self.linears)
 
     @property
@@ -168,6 +172,23 @@ class LlamaModel:
         """``lm_head(hidden[rows])``: [M, V] float32 (only the requested rows pay the matmul)."""
         h = hidden if rows is None else hidden[rows]
         return self.lm_head(h).float()
+
+
+def _choose_single_rows(linears: tuple[_LayerLinears, ...], lm_head: Linear) -> dict[str, bool]:
+    """Per projection name, whether its 1-row calls use the plain weight (linear.py docstring):
+    decided once on the first layer (every layer has the same shapes) and applied to all."""
+    chosen: dict[str, bool] = {}
+    if not linears:
+        return chosen
+    for name in ("qkv", "o_proj", "gate_up", "down"):
+        plain = single_row_path(getattr(linears[0], name))
+        chosen[name] = plain
+        for mm in linears:
+            getattr(mm, name).plain_single_row = plain
+    chosen["lm_head"] = lm_head.plain_single_row = single_row_path(lm_head)
+    if any(chosen.values()):
+        log.info("linear_single_row_plain", **chosen)
+    return chosen
 
 
 RELEASED = torch.empty(0)
