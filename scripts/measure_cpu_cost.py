@@ -2,10 +2,13 @@
 
 Verify: for every B in ``--batches`` and r in ``--draft-rows``, B requests with a cached context
 of ``--context`` tokens each verify a chain of r draft rows (``B (1 + r)`` rows): the median of
-``--repeats`` passes of the embedded target's forward + logits, called as the engine calls it
+passes of the embedded target's forward + logits, called as the engine calls it
 (``echo_server.engine.budget.time_verify``), then made non-decreasing in rows (running maximum):
 timing noise can make a pass over more rows measure faster, and the replay's oracle bound
-relies on more rows never costing less.
+relies on more rows never costing less. The points are measured in ``--rounds`` interleaved
+rounds (every (B, r) once per round, the order rotated round by round, ``--repeats`` passes
+each; a point's value is the median of its rounds' medians), so a machine that drifts during
+the run shifts every point alike instead of distorting the profile's shape.
 
 Draft: the engine with the ``global-topk`` policy (full-depth drafting, the policy the traces
 were recorded with) and the shipped EAGLE head serves the first ``--prompts`` MT-Bench prompts at
@@ -78,7 +81,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     p.add_argument("--draft-rows", type=int, nargs="+", default=[0, 1, 2, 4, 8])
     p.add_argument("--context", type=int, default=256)
-    p.add_argument("--repeats", type=int, default=7, help="timed passes per point (median)")
+    p.add_argument("--repeats", type=int, default=3, help="timed passes per point and round")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median of medians)")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=48)
     args = p.parse_args(argv)
@@ -86,9 +90,15 @@ def main(argv: list[str]) -> int:
     ns = build_parser().parse_args(["serve", "--threads", "1"])
     model = load(ns).model
     verify: dict[int, tuple[list[float], list[float]]] = {}
+    points = [(b, r) for b in args.batches for r in args.draft_rows]
+    timed: dict[tuple[int, int], list[float]] = {pt: [] for pt in points}
+    for k in range(args.rounds):
+        shift = k * len(points) // max(args.rounds, 1)
+        for b, r in points[shift:] + points[:shift]:
+            timed[(b, r)].append(time_verify(model, b, r, args.context, args.repeats))
     for b in args.batches:
         rows = [float(b * (1 + r)) for r in args.draft_rows]
-        raw = [time_verify(model, b, r, args.context, args.repeats) for r in args.draft_rows]
+        raw = [sorted(timed[(b, r)])[len(timed[(b, r)]) // 2] for r in args.draft_rows]
         secs = [max(raw[: i + 1]) for i in range(len(raw))]
         verify[b] = (rows, secs)
         cells = ", ".join(f"{int(t)}:{1e3 * s:.1f}ms" for t, s in zip(rows, secs, strict=True))
