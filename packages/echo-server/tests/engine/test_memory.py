@@ -1,4 +1,8 @@
-"""Memory accounting of a node, and one copy of every packed weight (issue #20)."""
+"""Memory accounting of a node, and one copy of every packed weight (issue #20).
+
+A projection whose 1-row calls run on ``F.linear``'s GEMV (``Linear.plain_single_row``, chosen
+per CPU at load: echo_server/model/linear.py) keeps its plain copy too, and both are counted.
+"""
 
 from __future__ import annotations
 
@@ -18,9 +22,12 @@ def test_packed_projections_keep_one_copy_and_bytes_count_once(smollm: LoadedMod
         for name in PROJECTIONS:
             linear = getattr(mm, name)
             plain = getattr(layer, name)
-            if linear.packed is not None:  # packed: the plain copy is released everywhere
-                assert linear.weight is None
+            if linear.packed is not None and not linear.plain_single_row:
+                assert linear.weight is None  # packed only: the plain copy is released everywhere
                 assert plain.numel() == 0
+            elif linear.packed is not None:  # 1-row calls on the GEMV: both copies, counted once
+                assert linear.weight is not None
+                assert linear.weight.data_ptr() == plain.data_ptr()
             else:
                 assert plain.numel() > 0
     kv = KVPool(model.config, num_slots=64, max_requests=2)
