@@ -124,6 +124,8 @@ def test_gate_observations_of_an_empty_pool() -> None:
     assert len(obs) == 0
     with pytest.raises(GatingError, match="accepted must be"):
         gate_observations(empty_tree(1), torch.zeros(2, dtype=torch.bool))
+    with pytest.raises(GatingError, match="table must be"):
+        gate_observations(empty_tree(1), torch.zeros(0, dtype=torch.bool), torch.zeros(1, 3))
 
 
 def test_observe_checks_its_inputs(policy: GatePolicy) -> None:

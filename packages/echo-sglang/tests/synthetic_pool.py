@@ -15,7 +15,7 @@ from torch import Tensor
 
 from echo_core.random_trees import random_tree_batch
 from echo_core.tree import TreeBatch, make_tree
-from echo_core.verify_rows import parent_rows
+from echo_core.verify_rows import parent_rows, verify_offsets
 
 EagleLists = tuple[list[Tensor], list[Tensor], list[Tensor]]
 
@@ -91,3 +91,14 @@ def following_targets(
             pick = children[int(torch.randint(0, children.numel(), (1,), generator=generator))]
             target[row] = tree.token[pick]
     return target
+
+
+def padded_targets(tree: TreeBatch, target: Tensor, num_draft_tokens: int) -> Tensor:
+    """``target`` ([B + N], echo-core's verify-row order) at SGLang's padded slots ``b T + j``:
+    [B T] int64, padding slots -5 (a token no draft holds)."""
+    b, t = tree.batch_size, num_draft_tokens
+    cu = verify_offsets(tree)
+    out = torch.full((b * t,), -5, dtype=torch.int64)
+    for i in range(b):
+        out[i * t : i * t + int(cu[i + 1] - cu[i])] = target[cu[i] : cu[i + 1]]
+    return out

@@ -16,7 +16,6 @@ import torch
 
 from echo_core.acceptance import greedy_accept
 from echo_core.tree import select_nodes
-from echo_core.verify_rows import verify_offsets
 from echo_gating.drift import gate_observations
 from echo_gating.policy import GatePolicy
 from echo_gating.signals import depth_confidences
@@ -26,7 +25,7 @@ from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
 from echo_sglang.step import EchoStep
 
 from .conftest import SGLang
-from .synthetic_pool import eagle_draft, following_targets
+from .synthetic_pool import eagle_draft, following_targets, padded_targets
 
 STEPS, TOPK, N, B = 3, 3, 8, 4
 WORKER = Path(__file__).resolve().parents[1] / "src" / "echo_sglang" / "worker.py"
@@ -50,10 +49,7 @@ def test_sglang_accept_counts_reach_the_policy_and_the_monitor(sgl: SGLang, tmp_
 
     tree = selection.tree
     target = following_targets(tree, gen, vocab=8)
-    cu = verify_offsets(tree)
-    padded_target = torch.full((B * N,), -5, dtype=torch.int64)
-    for b in range(B):
-        padded_target[b * N : b * N + int(cu[b + 1] - cu[b])] = target[cu[b] : cu[b + 1]]
+    padded_target = padded_targets(tree, target, N)
     counts = sgl.greedy(layout, padded_target).num_accepted.tolist()  # SGLang's kernel
     assert sum(counts) > 0
 

@@ -9,7 +9,6 @@ import torch
 from torch import Tensor
 
 from echo_core.acceptance import greedy_accept
-from echo_core.verify_rows import verify_offsets
 from echo_sglang.args import EchoArgs
 from echo_sglang.config import EagleShape, resolve
 from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
@@ -18,7 +17,7 @@ from echo_sglang.pool_capture import capture_draft_pool, organize_hook
 from echo_sglang.step import EchoStep, overwrite_verify_input
 
 from .conftest import SGLang
-from .synthetic_pool import eagle2_selection, eagle_draft, following_targets
+from .synthetic_pool import eagle2_selection, eagle_draft, following_targets, padded_targets
 
 STEPS, TOPK, N, B = 3, 3, 8, 4
 
@@ -80,10 +79,7 @@ def test_echo_step_rewrites_eagle_verify_input_in_place(
     # SGLang's verify kernel over the overwritten tensors accepts echo-core's reference path.
     tree = selection.tree
     target = following_targets(tree, gen, vocab=32)
-    cu = verify_offsets(tree)
-    padded_target = torch.full((B * N,), -5, dtype=torch.int64)
-    for b in range(B):
-        padded_target[b * N : b * N + int(cu[b + 1] - cu[b])] = target[cu[b] : cu[b + 1]]
+    padded_target = padded_targets(tree, target, N)
     ours = sgl.greedy(layout, padded_target)
     ref = greedy_accept(tree, target)
     assert ours.emitted_tokens(tree) == ref.emitted_tokens(tree)

@@ -40,7 +40,7 @@ from echo_gating.errors import GatingError
 from echo_gating.policy import GatePolicy
 from echo_gating.records import GateSamples
 from echo_gating.separation import auc
-from echo_gating.signals import depth_confidences
+from echo_gating.signals import DEFAULT_SIGNAL, depth_confidences
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +183,7 @@ class DriftMonitor:
         ref_auc = math.nan if ref is None or ref.auc is None else ref.auc
         live_auc = auc(conf, hit)
         checkpoint = self.policy.is_checkpoint(d)
-        on_conf = checkpoint and self.policy.signal == "layer_confidence"  # what it observes
+        on_conf = checkpoint and self.policy.signal == DEFAULT_SIGNAL  # what it observes
         truncated = float((~self.policy.gate(d, conf)).float().mean()) if on_conf else math.nan
         problem = None
         if n >= cfg.min_samples and abs(realised - predicted) > band:
@@ -220,17 +220,27 @@ class DriftMonitor:
         return rate, cfg.z * math.sqrt(rate * (1 - rate) / n) + cfg.tolerance
 
 
-def gate_observations(pool: TreeBatch, accepted: Tensor) -> GateSamples:
+def gate_observations(
+    pool: TreeBatch, accepted: Tensor, table: Tensor | None = None
+) -> GateSamples:
     """Per request and drafted depth: ``(d, C_b(d), any depth-d node accepted)``.
 
-    ``accepted``: [N] bool per pool node (on the accepted path). Returns [M] tensors, M = number
-    of (request, depth) cells that hold at least one node, ordered by request then depth.
+    ``accepted``: [N] bool per pool node (on the accepted path). ``table``: the [B, D]
+    confidences to report, D = ``pool.max_depth()`` (default ``depth_confidences(pool)``; a
+    caller whose gates saw a larger pool than the one verified passes that pool's). Returns [M]
+    tensors, M = number of (request, depth) cells that hold at least one node, ordered by
+    request then depth.
     """
     if accepted.shape != (pool.num_nodes,) or accepted.dtype != torch.bool:
         raise GatingError(
             f"accepted must be [N={pool.num_nodes}] bool, got {tuple(accepted.shape)}"
         )
-    table = depth_confidences(pool)  # [B, D]
+    if table is None:
+        table = depth_confidences(pool)  # [B, D]
+    elif table.shape != (pool.batch_size, pool.max_depth()):
+        raise GatingError(
+            f"table must be [B={pool.batch_size}, D={pool.max_depth()}], got {tuple(table.shape)}"
+        )
     depths = table.shape[1]
     flat = pool.request_index() * depths + (pool.depth - 1)  # [N]
     cells = torch.zeros(table.numel(), dtype=torch.int64, device=pool.device)

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from echo_gating.errors import CalibrationError, GatingError
 from echo_gating.maps import AcceptanceMaps
-from echo_gating.signals import GATE_SIGNALS
+from echo_gating.signals import DEFAULT_SIGNAL, GATE_SIGNALS
 
 
 class GateMode(enum.Enum):
@@ -77,7 +77,7 @@ class GatePolicy:
     gate_maps: AcceptanceMaps | None = None  # log C_b(d) -> P(request accepts at depth d)
     reference: Mapping[int, DepthStats] = field(default_factory=dict)
     calibrated_for: Mapping[str, str] = field(default_factory=dict)  # target, drafter, sampling
-    signal: str = "layer_confidence"  # what the thresholds compare with (GATE_SIGNALS)
+    signal: str = DEFAULT_SIGNAL  # what the thresholds compare with (GATE_SIGNALS)
 
     def __post_init__(self) -> None:
         if self.signal not in GATE_SIGNALS:

@@ -33,6 +33,7 @@ from typing import Any
 from echo_gating.errors import CalibrationError
 from echo_gating.maps import AcceptanceMaps
 from echo_gating.policy import DepthStats, GateMode, GatePolicy
+from echo_gating.signals import DEFAULT_SIGNAL
 
 SCHEMA = "echo-gating/gate-policy"
 SCHEMA_VERSION = 1
@@ -49,7 +50,6 @@ _FIELDS = (
     "calibrated_for",
 )
 _OPTIONAL = ("signal",)
-DEFAULT_SIGNAL = "layer_confidence"
 _DEPTH_KEY = re.compile(r"-?[0-9]+")
 
 

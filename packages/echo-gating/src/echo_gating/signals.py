@@ -103,7 +103,9 @@ def sibling_margin(pool: TreeBatch, depth: int) -> Tensor:
     return out
 
 
-GATE_SIGNALS = {"layer_confidence": layer_confidence, "sibling_margin": sibling_margin}
+DEFAULT_SIGNAL = "layer_confidence"
+"""What a gate thresholds unless its policy names another signal."""
+GATE_SIGNALS = {DEFAULT_SIGNAL: layer_confidence, "sibling_margin": sibling_margin}
 """Per-request signals a gate may threshold at a checkpoint: name -> f(pool, depth) -> [B]."""
 
 

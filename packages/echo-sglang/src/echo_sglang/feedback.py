@@ -13,8 +13,9 @@ From the step's verified tree ``S`` (the selection) and drafted pool ``V`` (the 
 - one gate observation per (request b, depth d) with a verified depth-d node:
   ``(d, C_b(d), a_b >= d)``, with the layer confidence ``C_b(d) = max_{i in V_b, depth_i = d} P_i``
   the gates saw (:func:`echo_gating.signals.depth_confidences` on ``V``). Greedy verification
-  accepts one root path, so "some depth-d node of b was accepted" is exactly ``a_b >= d``: the
-  label :func:`echo_gating.drift.gate_observations` computes from the node mask, without it.
+  accepts one root path, so "some depth-d node of b was accepted" is exactly ``a_b >= d``:
+  :func:`echo_gating.drift.gate_observations` over ``S`` with every node of depth ``<= a_b``
+  marked gives the same labels as with the true path, without knowing which branch it took.
 
 Worked example: request 0 verified nodes at depths 1, 1, 2 and accepted 1 token; request 1
 verified one depth-1 node and accepted none. Observations: ``(1, C_0(1), True)``,
@@ -30,6 +31,7 @@ import torch
 from torch import Tensor
 
 from echo_core.tree import TreeBatch, select_nodes
+from echo_gating.drift import gate_observations
 from echo_gating.records import GateSamples
 from echo_gating.signals import depth_confidences
 from echo_scheduler.interface import StepOutcome
@@ -61,12 +63,11 @@ def step_feedback(
             f"SGLang reported accept counts for {len(num_correct)} requests, but ECHO planned "
             f"this step for {b}: overlap scheduling must stay off"
         )
-    accepted = torch.tensor(list(num_correct), dtype=torch.int64)  # host data, moved once
-    cu, depth = verified.cu_nodes.cpu(), verified.depth.cpu()
-    nodes = cu[1:] - cu[:-1]
-    req = torch.repeat_interleave(torch.arange(b), nodes)
-    deepest = torch.zeros(b, dtype=torch.int64).scatter_reduce(
-        0, req, depth, reduce="amax", include_self=True
+    dev = verified.device
+    accepted = torch.tensor(list(num_correct), dtype=torch.int64, device=dev)  # moved once
+    req = verified.request_index()
+    deepest = torch.zeros(b, dtype=torch.int64, device=dev).scatter_reduce(
+        0, req, verified.depth, reduce="amax", include_self=True
     )
     bad = (accepted < 0) | (accepted > deepest)
     if bool(bad.any()):
@@ -75,17 +76,10 @@ def step_feedback(
             f"request {i} accepted {int(accepted[i])} draft tokens, but ECHO verified it to "
             f"depth {int(deepest[i])}: the counts belong to another step"
         )
-    depths = int(deepest.max()) if b else 0
-    cells = torch.zeros(b * depths, dtype=torch.bool)
-    if verified.num_nodes:
-        cells[req * depths + depth - 1] = True  # (b, d) holds a verified node
-    view = select_nodes(pool, drafted)
-    table = depth_confidences(view, max_depth=depths).cpu().reshape(-1)  # [B * D]
-    cell_depth = torch.arange(b * depths) % max(depths, 1) + 1
-    cell_hit = accepted.repeat_interleave(depths) >= cell_depth
+    # one accepted root path per request: some depth-d node of b accepted iff a_b >= d
+    reached = verified.depth <= accepted[req]
+    seen = depth_confidences(select_nodes(pool, drafted), max_depth=verified.max_depth())
     return StepFeedback(
-        outcome=StepOutcome(accepted_lengths=accepted, verified=nodes),
-        observations=GateSamples(
-            depth=cell_depth[cells], confidence=table[cells], accepted=cell_hit[cells]
-        ),
+        outcome=StepOutcome(accepted_lengths=accepted, verified=verified.nodes_per_request()),
+        observations=gate_observations(verified, reached, table=seen),
     )

@@ -75,11 +75,14 @@ class ArmSteps:
     expansions: Tensor
     own_reach: Tensor  # accepted nodes reachable in the arm's own pool (capped per request)
 
-    def rate(self, cost: StepCost, batch: int) -> float:
-        """``sum_i (B + a_i) / sum_i t_i`` (tokens/s) over the steps."""
-        total = float(self.seconds(cost, batch).sum())
-        tokens = batch * int(self.accepted.numel()) + int(self.accepted.sum())
-        return tokens / total if total > 0 else 0.0
+    def tokens(self, batch: int) -> int:
+        """``sum_i (B + a_i)``: emitted tokens over the steps (one bonus per request each)."""
+        return batch * int(self.accepted.numel()) + int(self.accepted.sum())
+
+    def rate(self, seconds: Tensor, batch: int) -> float:
+        """The run rate ``sum_i (B + a_i) / sum_i t_i`` (tokens/s) for per-step ``seconds``."""
+        total = float(seconds.sum())
+        return self.tokens(batch) / total if total > 0 else 0.0
 
     def seconds(self, cost: StepCost, batch: int) -> Tensor:
         return torch.tensor(
@@ -170,9 +173,9 @@ def _row(
 ) -> dict[str, Any]:
     s = max(int(series.accepted.numel()), 1)
     acc, ver = int(series.accepted.sum()), int(series.verified.sum())
-    tokens = batch * s + acc
+    tokens = series.tokens(batch)
     total = float(seconds.sum())
-    rate = tokens / total if total > 0 else 0.0
+    rate = series.rate(seconds, batch)
     best_own = int(torch.minimum(series.verified, series.own_reach).sum())
     return {
         "arm": arm.name,
@@ -204,7 +207,8 @@ def utility_gate(
     b = tuning[0].batch_size
 
     def rate(gate: GatePolicy) -> float:
-        return drive_arm(arm, tuning, {**gates, arm.name: gate}, cost).rate(cost, b)
+        series = drive_arm(arm, tuning, {**gates, arm.name: gate}, cost)
+        return series.rate(series.seconds(cost, b), b)
 
     return choose_gate(candidate_gates(gates["echo_nogate"], tuning), rate)
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from echo_gating.policy import GateMode, GatePolicy
-from echo_gating.signals import gate_signal
+from echo_gating.signals import GATE_SIGNALS, gate_signal
 from echo_scheduler.trace import RecordedStep
 
-UTILITY_SIGNALS = ("layer_confidence", "sibling_margin")
+UTILITY_SIGNALS = tuple(GATE_SIGNALS)  # layer_confidence, sibling_margin
 UTILITY_DEPTHS = (1, 2)
 UTILITY_SHARES = (0.25, 0.5)
 """Grid of 1 + 2 x 2 x 2 = 9 candidates: depth 3 was tried (13 candidates) and chosen in 3 of 45
