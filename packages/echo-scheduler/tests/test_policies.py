@@ -23,6 +23,7 @@ GATES = {
     "echo_dense": GatePolicy.dense({1: 0.2, 2: 0.2, 3: 0.1, 4: 0.1}),
     "echo_fixed": GatePolicy.fixed(0.2, max_depth=5),
     "echo_reserve": GatePolicy.sparse({2: 0.3}, max_depth=5),
+    "echo_noledger": GatePolicy.sparse({2: 0.3, 4: 0.1}, max_depth=5),
 }
 
 

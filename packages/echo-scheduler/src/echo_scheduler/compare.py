@@ -5,9 +5,10 @@ For each batch size B the same seeded steps are replayed through every policy at
 are calibrated first, as in the paper's warm-up: separate warm-up steps are drafted to full depth
 without gating, every node is recorded with its acceptance, and echo-gating's ``calibrate``
 returns the sparse (``echo``), dense (``echo_dense``) and fixed-threshold (``echo_fixed``) gates
-(``echo_reserve`` uses the sparse one). B <= 4 uses the low-concurrency config, larger B the
-high-concurrency one; ECHO's ``min_depth_gain`` is set to :func:`depth_price` and every step's
-``node_price`` to :func:`node_price` (the drafting cost per call and per expanded node). The table
+(``echo_reserve`` and ``echo_noledger`` use the sparse one). B <= 4 uses the low-concurrency
+config, larger B the high-concurrency one; ECHO's ``min_depth_gain`` is set to
+:func:`depth_price` and every step's ``node_price`` to :func:`node_price` (the drafting cost per
+call and per expanded node). The table
 reports per step: accepted draft tokens, verified, mean accepted length (incl. bonus), draft
 yield, simulated tokens/s, and ratios to the oracle (``acc/orc``) and to the best selection from
 the policy's own pool (``acc/pool``). ``--json PATH`` also writes every row.
@@ -72,7 +73,8 @@ def node_price(verify: VerifyCostModel, draft: DraftCostModel, batch: int, budge
 
 
 def make(name: str, config: PolicyConfig, gates: dict[str, GatePolicy]) -> BasePolicy:
-    return make_policy(name, config, gate=gates.get("echo" if name == "echo_reserve" else name))
+    shared = name in ("echo_reserve", "echo_noledger")  # the sparse gate's variants
+    return make_policy(name, config, gate=gates.get("echo" if shared else name))
 
 
 def simulate(

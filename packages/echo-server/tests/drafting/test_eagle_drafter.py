@@ -228,3 +228,73 @@ def test_zero_initialised_aux_projection_starts_as_the_single_feature_head() -> 
         torch.testing.assert_close(
             multi.fuse(feats, toks, torch.randn(6, HIDDEN)), single.fuse(feats, toks)
         )
+
+
+def _decode_chunks(seed: int) -> tuple[list[int], torch.Tensor]:
+    torch.manual_seed(seed)
+    return torch.randint(0, VOCAB, (13,)).tolist(), torch.randn(12, HIDDEN)
+
+
+def _count_fuse(drafter: EagleDrafter) -> list[int]:
+    calls = [0]
+    fuse = drafter.head.fuse
+
+    def counted(*args: object, **kwargs: object) -> torch.Tensor:
+        calls[0] += 1
+        return fuse(*args, **kwargs)  # type: ignore[arg-type]
+
+    drafter.head.fuse = counted  # type: ignore[method-assign]
+    return calls
+
+
+def test_queued_rows_draft_what_rows_run_every_step_draft() -> None:
+    """Deferred catch-up is the same causal computation: a request drafted after three
+    undrafted steps proposes what it would had every step run the head."""
+    toks, feats = _decode_chunks(6)
+    eager, lazy = EagleDrafter(tiny_head()), EagleDrafter(tiny_head())
+    for d in (eager, lazy):
+        d.observe(feedback([("r", toks[:6], feats[:6], 0, toks[6])]))
+    for lo, hi in ((6, 8), (8, 9), (9, 12)):
+        for d in (eager, lazy):
+            d.observe(feedback([("r", toks[lo:hi], feats[lo:hi], lo, toks[hi])]))
+        eager.begin_step([toks[: hi + 1]], ["r"])
+        _expand(eager, [[]], topk=5)  # eager drafts every step, lazy never
+    for d in (eager, lazy):
+        d.begin_step([toks], ["r"])
+    got, want = _expand(lazy, [[]], topk=5)[0], _expand(eager, [[]], topk=5)[0]
+    assert got.keys() == want.keys()
+    atol = float_tolerance(torch.float32, REDUCTION, 2, scale=max(abs(v) for v in want.values()))
+    torch.testing.assert_close(
+        torch.tensor(list(got.values())), torch.tensor(list(want.values())), atol=atol, rtol=0
+    )
+    child = next(iter(want))
+    assert _expand(lazy, [[child]], topk=3)[0].keys() == _expand(eager, [[child]], topk=3)[0].keys()
+
+
+def test_a_step_that_drafts_nothing_costs_the_head_nothing() -> None:
+    toks, feats = _decode_chunks(7)
+    drafter = EagleDrafter(tiny_head())
+    calls = _count_fuse(drafter)
+    drafter.observe(feedback([("r", toks[:6], feats[:6], 0, toks[6])]))
+    assert calls[0] == 1  # the prompt runs at once (prefill pays for it)
+    for lo in range(6, 11):
+        drafter.observe(feedback([("r", toks[lo : lo + 1], feats[lo : lo + 1], lo, toks[lo + 1])]))
+        drafter.begin_step([toks[: lo + 2]], ["r"])
+    assert calls[0] == 1  # five plain steps: queued, never run
+    _expand(drafter, [[]])
+    assert calls[0] == 2  # one batched pass over the five queued rows
+    drafter.release("r")
+    assert not drafter._ctx
+
+
+def test_a_long_queue_runs_without_waiting_for_a_draft() -> None:
+    toks, feats = _decode_chunks(8)
+    drafter = EagleDrafter(tiny_head(), max_pending=4)
+    calls = _count_fuse(drafter)
+    drafter.observe(feedback([("r", toks[:3], feats[:3], 0, toks[3])]))
+    for lo in (3, 5, 7):
+        drafter.observe(feedback([("r", toks[lo : lo + 2], feats[lo : lo + 2], lo, toks[lo + 2])]))
+    assert calls[0] == 2  # the prompt, then the 4 rows queued by steps at 3 and 5
+    assert drafter._ctx["r"].pending_rows == 2
+    with pytest.raises(ValueError, match="max_pending"):
+        EagleDrafter(tiny_head(), max_pending=0)

@@ -3,7 +3,8 @@
 Names: ``plain``, ``chain``, ``static``, ``eagle2``, ``global_topk``, ``echo`` (calibrated sparse
 gate), ``echo_dense`` and ``echo_fixed`` (ablations: a gate at every depth / one threshold), and
 ``echo_reserve`` (ECHO reserving every request's base tree first: the literal reading of
-Algorithm 1, kept as an ablation).
+Algorithm 1, kept as an ablation) and ``echo_noledger`` (ECHO without the realised-value check
+of echo_scheduler.ledger: it drafts whenever the optimistic pre-check lets it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ POLICY_NAMES = (
     "echo_dense",
     "echo_fixed",
     "echo_reserve",
+    "echo_noledger",
 )
 
 _ECHO_MODES = {
@@ -34,6 +36,7 @@ _ECHO_MODES = {
     "echo_dense": GateMode.DENSE,
     "echo_fixed": GateMode.FIXED,
     "echo_reserve": None,
+    "echo_noledger": None,
 }
 
 
@@ -61,7 +64,13 @@ def make_policy(
         if mode is not None and (gate is None or gate.mode is not mode):
             got = None if gate is None else gate.mode.value
             raise PolicyError(f"policy {name!r} needs a {mode.value} GatePolicy, got {got}")
-        return EchoPolicy(cfg, gate, name=name, reserve_base=name == "echo_reserve")
+        return EchoPolicy(
+            cfg,
+            gate,
+            name=name,
+            reserve_base=name == "echo_reserve",
+            learn_drafting=name != "echo_noledger",
+        )
     raise PolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
 
 

@@ -46,7 +46,11 @@ weakest-key bound ``w`` is at least ``u_min``, and ``batch.depth_price`` (when g
 ``w`` (its drafter row) and the depth's gain is counted net of it. If no depth-1 node could pay
 its row (``m_1(0) - u_min - node price <= 0``, or the batch's roots together not the depth price:
 a root's children bring at most one token between them) the step is not drafted at all: under
-saturation ECHO falls back to plain decoding at no drafting cost.
+saturation ECHO falls back to plain decoding at no drafting cost. That pre-check is optimistic
+(the best a depth-1 node could be worth), so a priced ECHO also keeps a
+:class:`~echo_scheduler.ledger.DraftLedger` of what its drafted steps actually returned net of
+every row, expansion and call at their prices, and decodes plainly (probing now and then) while
+that ledger says drafting loses at the current load.
 With ``batch.row_price`` (and maps) the selection is finally cut to the rows worth their verify
 time at this step's size (:func:`echo_scheduler.cut.exact_cut`): the floor prices a row from
 recent steps, the cut from the rows actually selected.
@@ -64,7 +68,8 @@ from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cut import exact_cut
 from echo_scheduler.gating import apply_gate
-from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch
+from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch, StepOutcome
+from echo_scheduler.ledger import DraftedStep, DraftLedger
 from echo_scheduler.policies.frontier import expand_all
 from echo_scheduler.ranking import (
     PoolIndex,
@@ -91,13 +96,18 @@ class EchoPolicy(BasePolicy):
         gate: GatePolicy | None = None,
         name: str = "echo",
         reserve_base: bool = False,
+        learn_drafting: bool = True,
     ) -> None:
+        """``learn_drafting``: keep a :class:`DraftLedger` of priced steps (module docstring);
+        False is ECHO without it (an ablation)."""
         super().__init__()
         self.config = config
         self.gate = gate if gate is not None else GatePolicy.none()
         self.name = name
         self.reserve_base = reserve_base
+        self.ledger = DraftLedger() if learn_drafting else None
         self.truncated_at = torch.zeros(0, dtype=torch.int64)  # [B], Dmax = never truncated
+        self._roots = self._expanded = 0  # this step's expanded roots and deeper nodes
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -109,20 +119,53 @@ class EchoPolicy(BasePolicy):
 
     def _start(self, batch: StepBatch) -> None:
         self.truncated_at = torch.where(batch.max_nodes > 0, self.config.max_depth, 0)
+        self._roots = self._expanded = 0
+
+    @staticmethod
+    def _priced(batch: StepBatch) -> bool:
+        """The engine passed a cost floor (elastic K): rows and drafting have prices."""
+        return batch.min_utility > 0 or bool(batch.node_price) or bool(batch.depth_price)
 
     def _first_plan(self, batch: StepBatch) -> DraftPlan:
         width = self.config.draft_width
         maps = self.gate.acceptance_maps
-        priced = batch.min_utility > 0 or bool(batch.node_price) or bool(batch.depth_price)
+        priced = self._priced(batch)
+        live = int((batch.max_nodes > 0).sum())
         if maps is not None and priced:
             one = torch.ones(1, dtype=torch.int64, device=batch.max_nodes.device)
             best = float(maps.expected_accept(one, torch.zeros(1, device=one.device))[0])
-            live = int((batch.max_nodes > 0).sum())
             # siblings exclude each other: a root's children bring at most one token together
             per_root = best - batch.min_utility - (batch.node_price or 0.0)
             if per_root <= 0 or live * per_root < self._depth_price():
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
+        ledger = self.ledger
+        if (
+            width
+            and priced
+            and ledger is not None
+            and not ledger.should_draft(live, self._depth_price())
+        ):
+            width = 0  # drafting lost lately at this load: plain decoding (probes aside)
+        self._roots = live if width else 0
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """Fold a priced, drafted step's realised value into the ledger."""
+        batch = self._batch
+        if self.ledger is None or batch is None or not self._roots or not self._priced(batch):
+            return
+        step = DraftedStep(
+            live=int((batch.max_nodes > 0).sum()),
+            roots=self._roots,
+            accepted=int(outcome.accepted_lengths.sum()),
+            verified=int(outcome.verified.sum()),
+            expansions=self._roots + self._expanded,
+            calls=self.depth,
+            row_price=batch.min_utility,
+            node_price=batch.node_price or 0.0,
+            call_price=self._depth_price(),
+        )
+        self.ledger.record(step)
 
     def _depth_price(self) -> float:
         """Tokens one more drafter call must promise: the engine's price, else the config's."""
@@ -155,7 +198,9 @@ class EchoPolicy(BasePolicy):
         at_depth = pool.depth == d
         if self.reserve_base and d < self.config.base_depth:
             pick = ranks_in_order(order.group, order.grouped, at_depth & active[ix.req]) < k0
-            return expand_all(pick.nonzero().squeeze(1), width)
+            chosen = pick.nonzero().squeeze(1)
+            self._expanded += int(chosen.numel())
+            return expand_all(chosen, width)
         budget, caps = self.batch.budget, self.batch.max_nodes
         kept = order.eligible & (order.tier <= DEPTH)
         held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
@@ -177,6 +222,7 @@ class EchoPolicy(BasePolicy):
         gain = float((guess[nodes] - weakest - node_price).clamp(min=0).sum())
         if nodes.numel() == 0 or gain < self._depth_price():
             return DraftPlan.finished(pool.device)
+        self._expanded += int(nodes.numel())
         return expand_all(nodes, width)
 
     def _child_keys(

@@ -9,12 +9,13 @@ names each family's best point per cell, chosen in hindsight on the replayed ste
 no online policy has (and one that makes that point's interval against ECHO optimistic for the
 baseline). Plain decoding (K = 0) is an arm of its own.
 
-ECHO's seven arms run with one configuration each and the elastic cost floor of
+ECHO's eight arms run with one configuration each and the elastic cost floor of
 :mod:`echo_scheduler.elastic` fed by the cost model (the engine's ``--elastic``): a per-request
 ceiling of ``ECHO_PER_REQUEST`` draft nodes, K = that times B, and the floor decides how much
 of it to spend (with the exact cut). Their gates come from :mod:`echo_scheduler.replay.gates`,
 except ``echo_utility``'s, which is chosen per cell by simulated net utility on warm-up steps
-(:mod:`echo_scheduler.replay.utility`).
+(:mod:`echo_scheduler.replay.utility`), and ``echo_noledger``'s: the sparse gate, without the
+realised-value check of :mod:`echo_scheduler.ledger` (what ``echo`` was before it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ STATIC_GRID = ((2,), (2, 1), (2, 1, 1), (3, 2, 1))
 EAGLE2_GRID = (1, 2, 4, 8)
 GLOBAL_TOPK_PER_REQUEST = 4
 UTILITY_ARM = "echo_utility"
+NOLEDGER_ARM = "echo_noledger"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +62,7 @@ def static_size(branching: Sequence[int]) -> int:
 
 
 def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
-    """plain, the chain / static / EAGLE-2 grids, global top-K, and the seven ECHO arms."""
+    """plain, the chain / static / EAGLE-2 grids, global top-K, and the eight ECHO arms."""
     cfg = base or PolicyConfig.high_concurrency()
     arms = [Arm("plain", "plain", "plain", cfg, 0)]
     arms += [
@@ -99,6 +101,11 @@ def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
         Arm(g, g, "echo", cfg, ECHO_PER_REQUEST, floor=True, gate=g)
         for g in (*GATE_NAMES, UTILITY_ARM)
     ]
+    arms.append(  # ECHO without its realised-value check (echo_scheduler.ledger)
+        Arm(
+            NOLEDGER_ARM, NOLEDGER_ARM, NOLEDGER_ARM, cfg, ECHO_PER_REQUEST, floor=True, gate="echo"
+        )
+    )
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise PolicyError(f"arm names must be unique: {names}")

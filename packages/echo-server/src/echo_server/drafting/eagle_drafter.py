@@ -7,8 +7,15 @@ the last committed row. Bookkeeping, with the root (the last emitted token) at p
 - ``observe``: committed rows t (target feature ``f_t``) become head rows ``(f_t, x_{t+1})`` at
   position t+1, where ``x_{t+1}`` is the next committed token, or ``next_token`` for the last
   row. So after observing rows ..P-1 the head's last row is ``(f_{P-1}, root)`` at position P and
-  its output (predicted ``f_P``, and ``log q`` of the token after the root) is kept: depth 1
-  needs no forward at all. The head's cache only ever holds rows built from target features.
+  its output (predicted ``f_P``) is kept; ``log q`` of the token after the root is computed when
+  the root is expanded (depth 1 needs no other forward). The head's cache only ever holds rows
+  built from target features.
+- Deferred catch-up: a decode step's committed rows are only queued; they run (one batched pass
+  over every request being drafted) when the request's root is next expanded. A step the policy
+  decodes plainly therefore costs the head nothing, and a request that finishes undrafted never
+  runs them. Prompts run at once (prefill pays for them), and so does a request with
+  ``max_pending`` rows queued. Running queued rows later is the same causal computation as
+  running them step by step.
 - ``expand`` of a node n at depth d >= 1 (path ``c_1..c_d`` from the root): one row
   ``(f^_parent, c_d)`` at position P+d, where ``f^_parent`` is the output of the parent's row (the
   kept root output for d = 1). It attends to the whole committed cache, the rows of its
@@ -37,6 +44,9 @@ from echo_server.drafting.eagle_head import EagleHead
 from echo_server.model.linear import packing_available
 from echo_server.model.llama import LlamaModel
 
+MAX_PENDING = 256
+"""Queued committed rows per request before they are run without waiting for a draft."""
+
 DRAFT_DTYPE: torch.dtype | None = None
 """Default compute dtype of the drafter: None picks float32 with oneDNN-packed projections where
 they exist (model/linear.py; fastest on the dev CPU and free of bf16 rounding), else bfloat16."""
@@ -50,14 +60,16 @@ def default_draft_dtype() -> torch.dtype:
 
 @dataclass(slots=True)
 class _Context:
-    """The head's cache over one request's committed rows."""
+    """The head's cache over one request's committed rows, and rows not run yet."""
 
     k: Tensor  # [capacity, Hkv, D] in the drafter dtype
     v: Tensor  # [capacity, Hkv, D]
     length: int = 0
     root_pos: int = 0  # position of the root token (= of the last head row)
     root_feature: Tensor | None = None  # [H] the last row's predicted feature
-    root_logprob: Tensor | None = None  # [V_d]
+    root_logprob: Tensor | None = None  # [V_d], computed when the root is first expanded
+    pending: list[tuple[Tensor, Tensor, Tensor]] = field(default_factory=list)
+    pending_rows: int = 0  # rows in ``pending``: (features [n, H (+ L*H)], x_{t+1}, positions)
 
     def append(self, k: Tensor, v: Tensor) -> None:
         need = self.length + k.shape[0]
@@ -111,10 +123,15 @@ class EagleDrafter:
 
     name = "eagle"
 
-    def __init__(self, head: EagleHead, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self, head: EagleHead, dtype: torch.dtype = torch.float32, max_pending: int = MAX_PENDING
+    ) -> None:
         """``head`` is moved to ``dtype`` in place (log-probs are computed in float32). In
         float32 on a CPU its projections are oneDNN-packed (about 2x faster per depth than
-        bfloat16 ``nn.Linear`` here); bfloat16 suits CPUs without oneDNN."""
+        bfloat16 ``nn.Linear`` here); bfloat16 suits CPUs without oneDNN. ``max_pending``: a
+        request with that many committed rows queued has them run at once (memory bound)."""
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending}")
         if not head.attached:
             raise ValueError("the head has no target rows: call head.attach_target first")
         self.head = head.to(dtype).eval()
@@ -122,14 +139,19 @@ class EagleDrafter:
         self.head.pack_for_inference()
         self.aux_layers: tuple[int, ...] = head.config.aux_layers
         self.dtype = dtype
+        self.max_pending = max_pending
         self._ctx: dict[str, _Context] = {}
         self._active: list[_Context | None] = []
+        self._active_ids: list[str] = []
         self._trees: list[_Tree] = []
 
     # -- committed rows -----------------------------------------------------------------------
 
     @torch.inference_mode()
     def observe(self, feedback: TargetFeedback) -> None:
+        """Queue the committed rows; a prompt (rows from position 0) and a request with
+        ``max_pending`` rows queued are run at once, every other request when its root is next
+        expanded (module docstring: deferred catch-up)."""
         cu = feedback.cu_rows.tolist()
         if cu[-1] == 0:
             return
@@ -141,32 +163,75 @@ class EagleDrafter:
         last = torch.tensor(cu[1:], dtype=torch.int64, device=dev) - 1
         live = torch.diff(torch.tensor(cu, device=dev)) > 0
         following[last[live]] = nxt[live]
-        head = self.head
         aux = self._aux(feedback)
-        x = head.fuse(feedback.hidden.to(dev, self.dtype), following, aux)
-        q, k, v = head.project(x, positions + 1)
-        attn = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+        feats = feedback.hidden.to(dev, self.dtype)
+        if aux is not None:
+            feats = torch.cat([feats, aux], dim=-1)
+        firsts = [cu[b] for b in range(len(feedback.request_ids)) if cu[b] < cu[b + 1]]
+        starts = iter(positions[firsts].tolist())  # one host copy for every request
+        now: list[str] = []
         for b, rid in enumerate(feedback.request_ids):
             lo, hi = cu[b], cu[b + 1]
             if lo == hi:
                 continue
-            ctx = self._ctx.get(rid)
-            if ctx is None or int(positions[lo]) == 0:
-                ctx = self._ctx[rid] = _Context(
-                    k.new_empty(0, *k.shape[1:]), v.new_empty(0, *v.shape[1:])
-                )
-            n, c = hi - lo, ctx.length
+            ctx, start = self._ctx.get(rid), next(starts)
+            if ctx is None or start == 0:
+                ctx = self._ctx[rid] = self._empty_context()
+            ctx.pending.append(
+                (feats[lo:hi].clone(), following[lo:hi].clone(), positions[lo:hi].clone())
+            )
+            ctx.pending_rows += hi - lo
+            ctx.root_feature = ctx.root_logprob = None  # stale until the rows are run
+            if start == 0 or ctx.pending_rows >= self.max_pending:
+                now.append(rid)
+        self._catch_up(now)
+
+    def _empty_context(self) -> _Context:
+        c = self.head.config
+        empty = torch.empty(0, c.num_kv_heads, c.head_dim, dtype=self.dtype, device=self.device)
+        return _Context(empty, empty.clone())
+
+    def _catch_up(self, request_ids: Sequence[str]) -> None:
+        """Run every queued row of ``request_ids`` through the head in one batched pass: their
+        K/V join the cache, and each request's last row gives its root feature."""
+        ctxs = [c for c in (self._ctx.get(r) for r in request_ids) if c is not None and c.pending]
+        if not ctxs:
+            return
+        chunks = [chunk for ctx in ctxs for chunk in ctx.pending]
+        feats = torch.cat([f for f, _, _ in chunks])
+        following = torch.cat([t for _, t, _ in chunks])
+        positions = torch.cat([p for _, _, p in chunks])
+        head, h = self.head, self.head.config.hidden_size
+        aux = feats[:, h:] if self.aux_layers else None
+        x = head.fuse(feats[:, :h], following, aux)
+        q, k, v = head.project(x, positions + 1)
+        attn = q.new_empty(q.shape[0], q.shape[1] * q.shape[2])
+        dev, lo, lasts = self.device, 0, []
+        for ctx in ctxs:
+            n, c = ctx.pending_rows, ctx.length
+            hi = lo + n
             ctx.append(k[lo:hi], v[lo:hi])
             mask = torch.ones(n, c + n, dtype=torch.bool, device=dev)
             mask[:, c:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
             attn[lo:hi] = self._attend(q[lo:hi], ctx.k[: c + n], ctx.v[: c + n], mask)
-            ctx.root_pos = int(positions[hi - 1]) + 1
-        rows = last[live]
-        feats = head.finish(x[rows], attn[rows])
-        logprob = torch.log_softmax(head.logits(feats).float(), dim=-1)
-        for i, b in enumerate(live.nonzero().squeeze(1).tolist()):
-            ctx = self._ctx[feedback.request_ids[b]]
-            ctx.root_feature, ctx.root_logprob = feats[i], logprob[i]
+            ctx.root_pos = int(ctx.pending[-1][2][-1]) + 1
+            ctx.pending, ctx.pending_rows = [], 0
+            lasts.append(hi - 1)
+            lo = hi
+        rows = torch.tensor(lasts, dtype=torch.int64, device=dev)
+        out = head.finish(x[rows], attn[rows])
+        for i, ctx in enumerate(ctxs):
+            ctx.root_feature, ctx.root_logprob = out[i], None
+
+    def _root_logprobs(self, contexts: Sequence[_Context]) -> None:
+        """``log q`` of the token after the root for ``contexts`` lacking it (one batched pass)."""
+        todo = [c for c in contexts if c.root_logprob is None and c.root_feature is not None]
+        if not todo:
+            return
+        feats = torch.stack([c.root_feature for c in todo if c.root_feature is not None])
+        logprob = torch.log_softmax(self.head.logits(feats).float(), dim=-1)
+        for c, lp in zip(todo, logprob, strict=True):
+            c.root_logprob = lp
 
     def _aux(self, feedback: TargetFeedback) -> Tensor | None:
         """The head's aux features [R, L*H] from ``feedback`` (None for a single-feature head)."""
@@ -190,6 +255,7 @@ class EagleDrafter:
 
     def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
         self._active = [self._ctx.get(rid) for rid in request_ids]
+        self._active_ids = list(request_ids)
         self._trees = [_Tree() for _ in request_ids]
 
     @torch.inference_mode()
@@ -197,9 +263,13 @@ class EagleDrafter:
         requests = nodes.request.tolist()
         logprobs: list[Tensor | None] = [None] * len(requests)
         todo: list[int] = []
+        rooted = sorted({b for m, b in enumerate(requests) if not nodes.path[m]})
+        rooted = [b for b in rooted if self._active[b] is not None]
+        self._catch_up([self._active_ids[b] for b in rooted])  # their queued rows, batched
+        self._root_logprobs([c for c in (self._active[b] for b in rooted) if c is not None])
         for m, b in enumerate(requests):
             ctx, path = self._active[b], tuple(nodes.path[m])
-            if ctx is None or ctx.root_logprob is None:
+            if ctx is None or ctx.root_feature is None:
                 continue
             if not path:
                 logprobs[m] = ctx.root_logprob
@@ -271,7 +341,7 @@ class EagleDrafter:
         )
 
     def release(self, request_id: str) -> None:
-        self._ctx.pop(request_id, None)
+        self._ctx.pop(request_id, None)  # queued rows go with it, never run
 
 
 def eagle_drafter_for(

@@ -1,0 +1,142 @@
+"""The draft ledger: realised net value of drafted steps, the plain fallback and its probes."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from echo_scheduler.config import PolicyConfig
+from echo_scheduler.driver import drive_step
+from echo_scheduler.errors import PolicyError
+from echo_scheduler.interface import StepBatch, StepOutcome
+from echo_scheduler.ledger import DraftedStep, DraftLedger
+from echo_scheduler.policies import make_policy
+from echo_scheduler.policies.echo import EchoPolicy
+from echo_scheduler.simulator import SimSource
+from echo_scheduler.workloads import SyntheticWorkload
+
+
+def _step(live: int, accepted: int, verified: int, row: float = 0.5) -> DraftedStep:
+    return DraftedStep(
+        live=live,
+        roots=live,
+        accepted=accepted,
+        verified=verified,
+        expansions=live,
+        calls=1,
+        row_price=row,
+        node_price=0.1,
+        call_price=0.2,
+    )
+
+
+def test_value_is_accepted_minus_every_priced_resource() -> None:
+    s = _step(4, accepted=3, verified=4)
+    assert s.per_root() == pytest.approx((3 - 0.5 * 4 - 0.1 * 4) / 4)
+    assert s.value() == pytest.approx(3 - 0.5 * 4 - 0.1 * 4 - 0.2 * 1)
+
+
+def test_drafting_goes_on_until_enough_steps_show_a_loss() -> None:
+    ledger = DraftLedger(min_drafted=3)
+    for _ in range(2):
+        ledger.record(_step(16, accepted=1, verified=8))  # each loses about 4 tokens
+        assert ledger.gain(16, 0.2) is None
+        assert ledger.should_draft(16, 0.2)
+    ledger.record(_step(16, accepted=1, verified=8))
+    gain = ledger.gain(16, 0.2)
+    assert gain is not None
+    assert gain < 0  # no spread: the bound is the mean
+    assert not ledger.should_draft(16, 0.2)
+
+
+def test_a_losing_bucket_probes_with_a_doubling_period_and_recovers() -> None:
+    ledger = DraftLedger(min_drafted=1, probe_min=2, probe_max=8)
+    ledger.record(_step(16, accepted=0, verified=8))
+    pattern = []
+    for _ in range(30):
+        draft = ledger.should_draft(16, 0.2)
+        pattern.append(draft)
+        if draft:
+            ledger.record(_step(16, accepted=0, verified=8))
+    probes = [i for i, d in enumerate(pattern) if d]
+    gaps = [b - a - 1 for a, b in itertools.pairwise(probes)]
+    assert probes[0] == 2  # two plain steps, then the first probe
+    assert gaps[:3] == [4, 8, 8]  # doubling, capped at probe_max
+    for _ in range(40):  # the drafter got good: probes see it and drafting resumes
+        if ledger.should_draft(16, 0.2):
+            ledger.record(_step(16, accepted=16, verified=16))
+    assert ledger.should_draft(16, 0.2)
+    gain = ledger.gain(16, 0.2)
+    assert gain is not None
+    assert gain > 0
+
+
+def test_loads_are_learned_apart() -> None:
+    ledger = DraftLedger(min_drafted=1)
+    ledger.record(_step(16, accepted=0, verified=8))
+    assert not ledger.should_draft(16, 0.2)
+    assert not ledger.should_draft(31, 0.2)  # same bucket
+    assert ledger.should_draft(1, 0.2)  # batch 1 has its own, empty record
+    assert ledger.should_draft(4, 0.2)
+    assert not ledger.should_draft(0, 0.2)
+
+
+def test_a_noisy_record_keeps_drafting_until_the_bound_is_negative() -> None:
+    ledger = DraftLedger(min_drafted=3, z=1.0)
+    for accepted in (0, 4, 0, 4):  # batch 1: mean value 2 - 2 = 0 minus prices, but wide
+        ledger.record(_step(1, accepted=accepted, verified=4))
+    assert ledger.should_draft(1, 0.2)
+    strict = DraftLedger(min_drafted=3, z=0.0)
+    for accepted in (0, 4, 0, 4):
+        strict.record(_step(1, accepted=accepted, verified=4))
+    assert not strict.should_draft(1, 0.2)
+
+
+def test_bad_settings_and_records_are_refused() -> None:
+    with pytest.raises(PolicyError, match="alpha"):
+        DraftLedger(alpha=0.0)
+    with pytest.raises(PolicyError, match="probe_min"):
+        DraftLedger(probe_min=8, probe_max=4)
+    with pytest.raises(PolicyError, match="drafted steps"):
+        DraftLedger().record(DraftedStep(4, 0, 0, 0, 0, 0, 0.5, 0.1, 0.2))
+
+
+def _losing_run(policy: EchoPolicy, steps: int) -> list[int]:
+    """Drive ``policy`` under a steep floor and report zero acceptances: drafter calls per step."""
+    work = SyntheticWorkload.llama().sample(8, steps, torch.Generator().manual_seed(7))
+    calls = []
+    for st in (w.with_max_nodes(torch.full((8,), 1000)) for w in work):  # 8 live: one bucket
+        batch = StepBatch(8, 64, st.max_nodes, min_utility=0.05, depth_price=0.5, node_price=0.3)
+        run = drive_step(policy, SimSource(st), batch, strict=True)
+        verified = torch.bincount(run.pool.request_index()[run.keep], minlength=8)
+        policy.observe(StepOutcome(torch.zeros(8, dtype=torch.int64), verified))
+        calls.append(run.depths)
+    return calls
+
+
+def test_echo_falls_back_to_plain_decoding_when_drafting_keeps_losing() -> None:
+    cfg = PolicyConfig(max_depth=4, max_width=3)
+    learning = make_policy("echo", cfg)
+    assert isinstance(learning, EchoPolicy)
+    assert learning.ledger is not None
+    calls = _losing_run(learning, 12)
+    assert all(c > 0 for c in calls[:3])  # min_drafted steps are drafted
+    assert calls[3] == 0  # then plain decoding ...
+    assert 0 < sum(c > 0 for c in calls[3:]) < 9  # ... with probes
+    blind = make_policy("echo_noledger", cfg)
+    assert isinstance(blind, EchoPolicy)
+    assert blind.ledger is None
+    assert all(c > 0 for c in _losing_run(blind, 12))
+
+
+def test_an_unpriced_step_never_consults_the_ledger() -> None:
+    policy = EchoPolicy(PolicyConfig(max_depth=3, max_width=2))
+    work = SyntheticWorkload.llama().sample(4, 6, torch.Generator().manual_seed(1))
+    for st in work:
+        run = drive_step(policy, SimSource(st), StepBatch(4, 16, st.max_nodes), strict=True)
+        policy.observe(StepOutcome(torch.zeros(4, dtype=torch.int64), torch.zeros(4).long()))
+        assert run.depths > 0
+    assert policy.ledger is not None
+    assert policy.ledger.summary() == {}
