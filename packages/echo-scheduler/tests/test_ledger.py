@@ -26,7 +26,7 @@ def _step(live: int, accepted: int, verified: int, row: float = 0.5) -> DraftedS
         verified=verified,
         expansions=live,
         calls=1,
-        row_price=row,
+        row_cost=row * verified,
         node_price=0.1,
         call_price=0.2,
     )

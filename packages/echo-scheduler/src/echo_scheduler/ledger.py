@@ -8,14 +8,15 @@ refused: on the dev CPU at batch 16 the replay had it verify 2.2 rows per step f
 tokens and lose 12% against plain decoding.
 
 The ledger closes that loop with what the steps actually returned. For a drafted step, in
-tokens at the step's own prices (u_min a verified row's price, p_node an expansion's, p_call a
-drafter call's):
+tokens at the step's own prices (p_node an expansion's, p_call a drafter call's):
 
-    V = A - u_min N - p_node E - p_call C
+    V = A - c_rows - p_node E - p_call C,   c_rows = R_run (t(B + N) - t(B))
 
-with A accepted drafts, N verified draft rows, E expansions (roots included) and C drafter
-calls. It keeps exponential moving averages (weight ``alpha``) of the per-root value
-``v = (A - u_min N - p_node E) / R`` (R roots expanded) and of C, per batch-size bucket
+with A accepted drafts, N verified draft rows, E expansions (roots included), C drafter calls,
+and c_rows the exact price of the step's N rows at the run rate ``R_run`` under the verify
+profile (the exact cut's :class:`~echo_scheduler.interface.RowPrice`; ``u_min N`` when the
+step has none). It keeps exponential moving averages (weight ``alpha``) of the per-root value
+``v = (A - c_rows - p_node E) / R`` (R roots expanded) and of C, per batch-size bucket
 ``floor(log2 L)`` (L live requests: prices change with load, so a value learned at 16 requests
 says nothing about one). A step over L live requests is predicted to gain
 
@@ -46,17 +47,17 @@ class DraftedStep:
     verified: int  # N
     expansions: int  # E, roots included
     calls: int  # C
-    row_price: float  # u_min
+    row_cost: float  # c_rows, tokens
     node_price: float  # p_node
     call_price: float  # p_call
 
     def per_root(self) -> float:
-        """``v = (A - u_min N - p_node E) / R``."""
-        net = self.accepted - self.row_price * self.verified - self.node_price * self.expansions
+        """``v = (A - c_rows - p_node E) / R``."""
+        net = self.accepted - self.row_cost - self.node_price * self.expansions
         return net / max(self.roots, 1)
 
     def value(self) -> float:
-        """``V = A - u_min N - p_node E - p_call C``."""
+        """``V = A - c_rows - p_node E - p_call C``."""
         return self.per_root() * max(self.roots, 1) - self.call_price * self.calls
 
 

@@ -149,19 +149,31 @@ class EchoPolicy(BasePolicy):
         self._roots = live if width else 0
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
+    @staticmethod
+    def _row_cost(batch: StepBatch, verified: int) -> float:
+        """Tokens ``verified`` draft rows cost: ``R_run (t(B + N) - t(B))`` under the step's
+        row price, else ``u_min N``."""
+        price = batch.row_price
+        if price is None:
+            return batch.min_utility * verified
+        rows = torch.tensor([batch.batch_size, batch.batch_size + verified], dtype=torch.float64)
+        plain, total = (float(x) for x in price.seconds(rows))
+        return price.rate * (total - plain)
+
     def observe(self, outcome: StepOutcome) -> None:
         """Fold a priced, drafted step's realised value into the ledger."""
         batch = self._batch
         if self.ledger is None or batch is None or not self._roots or not self._priced(batch):
             return
+        verified = int(outcome.verified.sum())
         step = DraftedStep(
             live=int((batch.max_nodes > 0).sum()),
             roots=self._roots,
             accepted=int(outcome.accepted_lengths.sum()),
-            verified=int(outcome.verified.sum()),
+            verified=verified,
             expansions=self._roots + self._expanded,
             calls=self.depth,
-            row_price=batch.min_utility,
+            row_cost=self._row_cost(batch, verified),
             node_price=batch.node_price or 0.0,
             call_price=self._depth_price(),
         )
