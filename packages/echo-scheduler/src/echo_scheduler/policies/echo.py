@@ -107,7 +107,8 @@ class EchoPolicy(BasePolicy):
         self.reserve_base = reserve_base
         self.ledger = DraftLedger() if learn_drafting else None
         self.truncated_at = torch.zeros(0, dtype=torch.int64)  # [B], Dmax = never truncated
-        self._roots = self._expanded = 0  # this step's expanded roots and deeper nodes
+        self._live = 0  # this step's requests allowed to draft
+        self._roots = self._expanded = 0  # roots expanded under the ledger; deeper nodes
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -138,15 +139,11 @@ class EchoPolicy(BasePolicy):
             per_root = best - batch.min_utility - (batch.node_price or 0.0)
             if per_root <= 0 or live * per_root < self._depth_price():
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
-        ledger = self.ledger
-        if (
-            width
-            and priced
-            and ledger is not None
-            and not ledger.should_draft(live, self._depth_price())
-        ):
-            width = 0  # drafting lost lately at this load: plain decoding (probes aside)
-        self._roots = live if width else 0
+        self._live = live
+        if width and priced and self.ledger is not None:
+            if not self.ledger.should_draft(live, self._depth_price()):
+                width = 0  # drafting lost lately at this load: plain decoding (probes aside)
+            self._roots = live if width else 0  # a drafted step the ledger will record
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
     @staticmethod
@@ -163,11 +160,11 @@ class EchoPolicy(BasePolicy):
     def observe(self, outcome: StepOutcome) -> None:
         """Fold a priced, drafted step's realised value into the ledger."""
         batch = self._batch
-        if self.ledger is None or batch is None or not self._roots or not self._priced(batch):
+        if self.ledger is None or batch is None or not self._roots:
             return
         verified = int(outcome.verified.sum())
         step = DraftedStep(
-            live=int((batch.max_nodes > 0).sum()),
+            live=self._live,
             roots=self._roots,
             accepted=int(outcome.accepted_lengths.sum()),
             verified=verified,

@@ -142,7 +142,6 @@ class EagleDrafter:
         self.max_pending = max_pending
         self._ctx: dict[str, _Context] = {}
         self._active: list[_Context | None] = []
-        self._active_ids: list[str] = []
         self._trees: list[_Tree] = []
 
     # -- committed rows -----------------------------------------------------------------------
@@ -169,7 +168,7 @@ class EagleDrafter:
             feats = torch.cat([feats, aux], dim=-1)
         firsts = [cu[b] for b in range(len(feedback.request_ids)) if cu[b] < cu[b + 1]]
         starts = iter(positions[firsts].tolist())  # one host copy for every request
-        now: list[str] = []
+        now: list[_Context] = []
         for b, rid in enumerate(feedback.request_ids):
             lo, hi = cu[b], cu[b + 1]
             if lo == hi:
@@ -183,7 +182,7 @@ class EagleDrafter:
             ctx.pending_rows += hi - lo
             ctx.root_feature = ctx.root_logprob = None  # stale until the rows are run
             if start == 0 or ctx.pending_rows >= self.max_pending:
-                now.append(rid)
+                now.append(ctx)
         self._catch_up(now)
 
     def _empty_context(self) -> _Context:
@@ -191,10 +190,10 @@ class EagleDrafter:
         empty = torch.empty(0, c.num_kv_heads, c.head_dim, dtype=self.dtype, device=self.device)
         return _Context(empty, empty.clone())
 
-    def _catch_up(self, request_ids: Sequence[str]) -> None:
-        """Run every queued row of ``request_ids`` through the head in one batched pass: their
-        K/V join the cache, and each request's last row gives its root feature."""
-        ctxs = [c for c in (self._ctx.get(r) for r in request_ids) if c is not None and c.pending]
+    def _catch_up(self, contexts: Sequence[_Context]) -> None:
+        """Run every queued row of ``contexts`` (distinct) through the head in one batched pass:
+        their K/V join the cache, and each request's last row gives its root feature."""
+        ctxs = [c for c in contexts if c.pending]
         if not ctxs:
             return
         chunks = [chunk for ctx in ctxs for chunk in ctx.pending]
@@ -255,7 +254,6 @@ class EagleDrafter:
 
     def begin_step(self, contexts: Sequence[Sequence[int]], request_ids: Sequence[str]) -> None:
         self._active = [self._ctx.get(rid) for rid in request_ids]
-        self._active_ids = list(request_ids)
         self._trees = [_Tree() for _ in request_ids]
 
     @torch.inference_mode()
@@ -264,9 +262,9 @@ class EagleDrafter:
         logprobs: list[Tensor | None] = [None] * len(requests)
         todo: list[int] = []
         rooted = sorted({b for m, b in enumerate(requests) if not nodes.path[m]})
-        rooted = [b for b in rooted if self._active[b] is not None]
-        self._catch_up([self._active_ids[b] for b in rooted])  # their queued rows, batched
-        self._root_logprobs([c for c in (self._active[b] for b in rooted) if c is not None])
+        roots = [c for c in (self._active[b] for b in rooted) if c is not None]
+        self._catch_up(roots)  # their queued rows, batched
+        self._root_logprobs(roots)
         for m, b in enumerate(requests):
             ctx, path = self._active[b], tuple(nodes.path[m])
             if ctx is None or ctx.root_feature is None:
