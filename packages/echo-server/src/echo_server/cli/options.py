@@ -19,6 +19,7 @@ from echo_server.drafting.base import Drafter
 from echo_server.drafting.eagle_drafter import eagle_drafter_for
 from echo_server.drafting.mixture import MixtureDrafter
 from echo_server.engine import Engine, EngineConfig
+from echo_server.engine.chunking import DEFAULT_PREFILL_CHUNK
 from echo_server.model.kernels_attention import KernelsAttention
 from echo_server.model.loader import LoadedModel, load_model
 
@@ -60,6 +61,14 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "row at the measured verify cost (echo_scheduler.elastic); auto: on for ECHO policies",
     )
     g.add_argument("--kv-slots", type=int, default=16384, help="KV pool size in tokens")
+    g.add_argument(
+        "--prefill-chunk",
+        type=prefill_chunk_arg,
+        default=DEFAULT_PREFILL_CHUNK,
+        help="chunked prefill: at most this many prompt tokens prefilled per step over all "
+        "requests, so a long prompt does not stall the running batch (engine/chunking.py); "
+        f"'off': every prompt whole in the step that admits it (default {DEFAULT_PREFILL_CHUNK})",
+    )
     g.add_argument("--gate", type=Path, default=None, help="calibrated GatePolicy JSON")
     g.add_argument(
         "--drafter",
@@ -98,6 +107,20 @@ def budget_arg(text: str) -> int | Literal["auto"]:
         ) from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"budget must be >= 0, got {value}")
+    return value
+
+
+def prefill_chunk_arg(text: str) -> int | None:
+    if text == "off":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= 1 or 'off', got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'off', got {value}")
     return value
 
 
@@ -185,6 +208,7 @@ def build_engine(loaded: LoadedModel, cli_policy: str, args: argparse.Namespace)
         max_batch=args.max_batch,
         kv_slots=args.kv_slots,
         elastic=elastic_for(cli_policy, args),
+        prefill_chunk=getattr(args, "prefill_chunk", DEFAULT_PREFILL_CHUNK),
     )
     return Engine(
         loaded.model,

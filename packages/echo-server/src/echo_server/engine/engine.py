@@ -3,7 +3,9 @@
 One call of :meth:`Engine.step` is one decode step of ARCHITECTURE.md's data path, and returns
 a :class:`~echo_server.engine.report.StepReport` of it:
 
-1. admit   waiting requests whose worst case fits the KV pool; prefill them   (admission.py)
+1. admit   waiting requests whose worst case fits the KV pool; prefill them, in chunks of at
+           most ``prefill_chunk`` prompt rows per step if set              (admission.py,
+           chunking.py)
 2. draft   the policy driver: the drafter expands depth by depth, the policy gating between
            depths, then selects <= K nodes over the whole batch -> SuperTree  (draft_source.py)
 3. verify  one target forward over every request's root + tree rows         (verify.py)
@@ -37,6 +39,7 @@ from echo_server.drafting.base import Drafter
 from echo_server.engine.acceptance import accept, first_token
 from echo_server.engine.admission import Admission
 from echo_server.engine.budget import StepBudget, load_or_measure_profile
+from echo_server.engine.chunking import chunk_rows
 from echo_server.engine.config import EngineConfig
 from echo_server.engine.draft_source import DrafterSource
 from echo_server.engine.emit import apply_new_tokens
@@ -245,20 +248,37 @@ class Engine:
         return StepReport(events, 0, emitted, verified.stats.totals, phases, (verified,))
 
     def _admit_and_prefill(self) -> StepReport:
-        """Step phase 1: admit what fits, prefill it, sample each first token."""
+        """Step phase 1: admit what fits, prefill this step's prompt chunks (chunking.py), and
+        sample the first token of each request whose prompt is now cached."""
         timer = StepTimer()
-        admitted = self.admission.admit(self.waiting, len(self.running))
-        if not admitted:
-            return StepReport([])
-        out = prefill(self.model, self.kv, admitted, self.drafter.aux_layers)
-        first = [first_token(s, out.logits[b]) for b, s in enumerate(admitted)]
-        ids = [s.request_id for s in admitted]
-        first_t = torch.tensor(first, dtype=torch.int64, device=self.device)
-        self.drafter.observe(feedback(ids, out, None, first_t))
-        events = []
-        for state, token in zip(admitted, first, strict=True):
-            state.phase = Phase.RUNNING
+        for state in self.admission.admit(self.waiting, len(self.running)):
+            state.phase = Phase.PREFILLING
             self.running.append(state)
+        prefilling = [s for s in self.running if s.phase is Phase.PREFILLING]
+        if not prefilling:
+            return StepReport([])
+        left = [len(s.prompt_ids) - self.kv.cache_len(_kv(s)) for s in prefilling]
+        grants = chunk_rows(left, self.config.prefill_chunk)
+        chunk = [(s, g, n) for s, g, n in zip(prefilling, grants, left, strict=True) if g > 0]
+        states = [s for s, _, _ in chunk]
+        out = prefill(
+            self.model, self.kv, states, self.drafter.aux_layers, [g for _, g, _ in chunk]
+        )
+        # The token after each chunk: the first output token where the prompt is done, else the
+        # prompt's next token (the drafter's row t reads x_{t+1}).
+        nxt = [
+            first_token(s, out.logits[b]) if g == n else s.prompt_ids[-(n - g)]
+            for b, (s, g, n) in enumerate(chunk)
+        ]
+        ids = [s.request_id for s in states]
+        nxt_t = torch.tensor(nxt, dtype=torch.int64, device=self.device)
+        self.drafter.observe(feedback(ids, out, None, nxt_t))
+        events, done = [], 0
+        for (state, g, n), token in zip(chunk, nxt, strict=True):
+            if g < n:
+                continue
+            done += 1
+            state.phase = Phase.RUNNING
             state.first_token_s = time.perf_counter()
             event = apply_new_tokens(state, [token], self.tokenizer)
             if event.finish_reason is not None:
@@ -266,7 +286,7 @@ class Engine:
             events.append(event)
         timer.mark("prefill")
         emitted = sum(len(e.token_ids) for e in events)
-        return StepReport(events, len(admitted), emitted, phase_s=dict(timer.seconds))
+        return StepReport(events, done, emitted, phase_s=dict(timer.seconds))
 
     def _finish(self, state: RequestState, reason: FinishReason) -> None:
         state.phase, state.finish_reason = Phase.FINISHED, reason
@@ -278,6 +298,12 @@ class Engine:
         mal, tokens = round(state.mean_accepted_length, 3), len(state.output_ids)
         rid, why = state.request_id, reason.value
         log.debug("request_finished", request_id=rid, reason=why, tokens=tokens, mal=mal)
+
+
+def _kv(state: RequestState) -> RequestHandle:
+    if state.kv is None:
+        raise RuntimeError(f"admitted request {state.request_id} has no KV handle")
+    return state.kv
 
 
 class _SpeculationError(RuntimeError):

@@ -1,8 +1,9 @@
 """A generation request's input, its validation, and its state while the engine runs it.
 
-Lifecycle: ``WAITING`` (queued) -> ``RUNNING`` (prefilled; has KV and a root token) ->
-``FINISHED`` (EOS, max_tokens, a stop string, cancelled, or failed validation). The root is the
-last emitted token, whose K/V is not cached yet: the next verify pass computes it.
+Lifecycle: ``WAITING`` (queued) -> ``PREFILLING`` (admitted: has KV, its prompt is being cached,
+in chunks when the engine limits prefill rows per step) -> ``RUNNING`` (prefilled; has a root
+token) -> ``FINISHED`` (EOS, max_tokens, a stop string, cancelled, or failed validation). The
+root is the last emitted token, whose K/V is not cached yet: the next verify pass computes it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class FinishReason(enum.Enum):
 
 class Phase(enum.Enum):
     WAITING = "waiting"
+    PREFILLING = "prefilling"
     RUNNING = "running"
     FINISHED = "finished"
 

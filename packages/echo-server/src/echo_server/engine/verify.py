@@ -1,7 +1,8 @@
 """Step phase 4 and prefill: target forwards over packed ragged rows, and the drafter feedback.
 
-Prefill runs each admitted request's prompt as causal rows after an empty cache and keeps all of
-their K/V; the logits of each prompt's last row give its first output token.
+Prefill runs a chunk of each prefilling request's prompt (by default all of it) as causal rows
+after the prompt rows already cached, and keeps all of their K/V; the logits of a prompt's last
+row give its first output token (engine/chunking.py decides the chunks).
 
 Verify runs, per request, its root (last emitted token) then its tree nodes, at positions
 ``cache_len + depth`` with the tree mask (root + ancestors-or-self visible, plus the cached
@@ -41,18 +42,42 @@ class PassOutput:
 
 
 def prefill(
-    model: LlamaModel, kv: KVPool, states: Sequence[RequestState], aux_layers: Sequence[int] = ()
+    model: LlamaModel,
+    kv: KVPool,
+    states: Sequence[RequestState],
+    aux_layers: Sequence[int] = (),
+    rows: Sequence[int] | None = None,
 ) -> PassOutput:
-    """Prefill the prompts of ``states`` (their KV handles set) and keep all their K/V."""
+    """Prefill the next ``rows[b]`` prompt tokens of ``states[b]`` (their KV handles set; None:
+    the whole rest of each prompt) after what each has cached, and keep all their K/V.
+
+    ``logits[b]`` is the distribution after request b's last row run here: its first output
+    token when the chunk ends the prompt.
+    """
     handles = [_handle(s) for s in states]
-    rows = [len(s.prompt_ids) for s in states]
+    starts = [kv.cache_len(h) for h in handles]
+    if rows is None:
+        rows = [len(s.prompt_ids) - c for s, c in zip(states, starts, strict=True)]
+    if len(rows) != len(states) or any(
+        n < 1 or c + n > len(s.prompt_ids) for s, c, n in zip(states, starts, rows, strict=True)
+    ):
+        raise ValueError(
+            f"prefill chunks {list(rows)} do not fit prompts of "
+            f"{[len(s.prompt_ids) for s in states]} tokens with {starts} cached"
+        )
     slots = kv.allocate(sum(rows))
-    batch = kv.attention_batch(handles, rows, slots)
-    prompt = [t for s in states for t in s.prompt_ids]
-    tokens = torch.tensor(prompt, dtype=torch.int64, device=model.device)
-    positions = ragged_positions(batch)
-    out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
-    logits = model.logits(out.hidden, batch.cu_rows[1:] - 1)
+    try:
+        batch = kv.attention_batch(handles, rows, slots)
+        prompt = [
+            t for s, c, n in zip(states, starts, rows, strict=True) for t in s.prompt_ids[c : c + n]
+        ]
+        tokens = torch.tensor(prompt, dtype=torch.int64, device=model.device)
+        positions = ragged_positions(batch)
+        out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
+        logits = model.logits(out.hidden, batch.cu_rows[1:] - 1)
+    except BaseException:
+        kv.free(slots)  # nothing was committed: the slots go back
+        raise
     kv.append(handles, slots, rows)
     return PassOutput(logits, tokens, positions, batch.cu_rows, out.hidden, out.aux, slots)
 
