@@ -57,6 +57,11 @@ def test_smoke_bench_writes_a_valid_document(smollm: LoadedModel, tmp_path: Path
         assert run.oracle_ratio is None or 0.0 <= run.oracle_ratio <= 1.0
         assert 0.0 <= run.draft_yield <= 1.0
         assert run.mean_accepted_length >= 1.0
+        assert run.request_speedup_min is not None
+        assert run.request_speedup_p10 is not None
+        assert 0 < run.request_speedup_min <= run.request_speedup_p10
+        if run.policy == "plain":
+            assert run.longest_passed_over == 0
     assert "| humaneval | 1 | plain |" in markdown_table(result.runs)
 
     path = tmp_path / "bench.json"

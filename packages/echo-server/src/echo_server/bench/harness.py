@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from echo_core.sampling import SamplingParams
 from echo_scheduler.trace import RecordedStep
+from echo_server.bench.fairness import RequestTimes
 from echo_server.bench.metrics import PHASES, RunAccumulator, RunResult, percentile
 from echo_server.bench.oracle import continuations, step_oracle
 from echo_server.engine import Engine, GenerationRequest
@@ -36,6 +37,7 @@ class RunOutput:
     prompt_ids: dict[str, list[int]]  # prompt id -> prompt token ids
     accumulator: RunAccumulator
     recorded: list[RecordedStep] = field(default_factory=list)
+    request_tpot: dict[str, float] = field(default_factory=dict)  # bench/fairness.py
 
 
 @dataclass(slots=True)
@@ -76,6 +78,7 @@ def run_closed_loop(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     queue = deque(enumerate(prompts))
     clock = _Clock()
+    times = RequestTimes()
     sequences: dict[str, list[int]] = {}
     outputs: dict[str, list[int]] = {}
     prompt_ids: dict[str, list[int]] = {}
@@ -119,6 +122,7 @@ def run_closed_loop(
             if ev.error is not None:
                 raise RequestError(f"{ev.request_id}: {ev.error}")
             clock.emitted(ev.request_id, len(ev.token_ids), now)
+            times.emitted(ev.request_id, len(ev.token_ids), now)
             if ev.finish_reason is None:
                 continue
             state = engine.pop_finished(ev.request_id)
@@ -132,6 +136,8 @@ def run_closed_loop(
         batch_sum += report.batch
         schedule_s += sum(p.schedule_s for p in report.passes)
         pending.extend(report.passes)
+        for verified in report.passes:
+            times.verified(verified.request_ids, verified.tree.nodes_per_request().tolist())
         settle()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if pending:
@@ -167,5 +173,6 @@ def run_closed_loop(
         ttft_p50_ms=1e3 * percentile(clock.ttft, 50),
         phase_ms_per_step={p: 1e3 * phase.get(p, 0.0) / steps for p in PHASES},
         draft_yield_quartiles=(percentile(ys, 25), percentile(ys, 50), percentile(ys, 75)),
+        longest_passed_over=times.longest_passed_over(),
     )
-    return RunOutput(result, outputs, prompt_ids, acc, recorded)
+    return RunOutput(result, outputs, prompt_ids, acc, recorded, times.tpot())

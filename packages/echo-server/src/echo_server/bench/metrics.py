@@ -16,6 +16,10 @@ Definitions (per run = one policy on one workload at one concurrency):
 - ``phase_ms_per_step``: mean wall time per decode step of draft (drafter only), schedule (the
   policy's own methods), verify, accept, commit, emit; ``prefill`` is the rest of the step time
   (admission and prefill of new requests);
+- ``request_speedup_p10`` / ``request_speedup_min``: per request, plain's time per output token
+  over this run's in the same round; the 10th percentile and the minimum over requests (median
+  over rounds); ``longest_passed_over``: the most drafted steps in a row in which one request got
+  no draft row (:mod:`echo_server.bench.fairness`);
 - ``oracle_ratio`` (:mod:`echo_server.bench.oracle`): realised / hindsight-best accepted tokens
   on the same pools, ``None`` when no step drafted anything (plain decoding).
 """
@@ -138,10 +142,13 @@ class RunResult:
     ttft_p50_ms: float
     phase_ms_per_step: dict[str, float]
     draft_yield_quartiles: tuple[float, float, float]
+    longest_passed_over: int = 0  # drafted steps in a row one request got no row (fairness.py)
     speedup: float | None = None  # median over interleaved rounds of plain's wall / this run's
     speedup_ci95: tuple[float, float] | None = None  # t-interval over rounds (bench.intervals)
     speedup_rounds: tuple[float, ...] = ()
     speedup_cpu: float | None = None  # the same median, in CPU time
+    request_speedup_p10: float | None = None  # median over rounds of the p10 over requests of
+    request_speedup_min: float | None = None  # tpot(plain) / tpot(this), and of the minimum
     outputs_match: bool | None = None
     mismatches: list[dict[str, object]] = field(default_factory=list)
 

@@ -5,15 +5,17 @@ prompts with the same sampling in ``rounds`` interleaved rounds, the order rotat
 each round, so the machine's drift lands on every arm. A policy's ``speedup`` is the median over
 rounds of ``its tokens/s / plain's tokens/s`` in that round, with a 95% t-interval over the
 rounds (``speedup_ci95``, :func:`echo_server.bench.intervals.round_ratio`); its reported row is
-the round closest to that median. Under greedy decoding every policy's outputs must equal
-plain's token for token (speculative decoding is lossless); any difference is recorded in the
-run's ``mismatches`` (with the reference's top-2 logit gap at the first differing position when
-a ``gap`` probe is given: a gap near 0 is a floating-point near-tie, anything else a bug) and
-makes the suite fail.
+the round closest to that median. Per-request speedups (:mod:`echo_server.bench.fairness`)
+give ``request_speedup_p10`` and ``request_speedup_min``, each the median over rounds. Under
+greedy decoding every policy's outputs must equal plain's token for token (speculative decoding
+is lossless); any difference is recorded in the run's ``mismatches`` (with the reference's top-2
+logit gap at the first differing position when a ``gap`` probe is given: a gap near 0 is a
+floating-point near-tie, anything else a bug) and makes the suite fail.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,9 +24,10 @@ from tqdm import tqdm
 
 from echo_core.sampling import SamplingParams
 from echo_scheduler.trace import RecordedStep
+from echo_server.bench.fairness import request_speedups
 from echo_server.bench.harness import RunOutput, run_closed_loop
 from echo_server.bench.intervals import rotated, round_ratio
-from echo_server.bench.metrics import RunAccumulator, RunResult
+from echo_server.bench.metrics import RunAccumulator, RunResult, percentile
 from echo_server.bench.workloads import Workload
 from echo_server.engine import Engine
 
@@ -166,6 +169,10 @@ def _settle_cell(
     r = out.result
     r.speedup, r.speedup_ci95, r.speedup_rounds = speed.ratio, speed.ci95, speed.rounds
     r.speedup_cpu = round_ratio(cpu).ratio
+    per_round = [request_speedups(ref.request_tpot, run.request_tpot) for ref, run in pairs]
+    if all(per_round):
+        r.request_speedup_p10 = statistics.median(percentile(s, 10) for s in per_round)
+        r.request_speedup_min = statistics.median(s[0] for s in per_round)
     if spec.greedy:
         r.mismatches = [m for run in runs for m in compare_outputs(reference[0], run, gap)]
         r.outputs_match = not r.mismatches
