@@ -96,32 +96,28 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def budget_arg(text: str) -> int | Literal["auto"]:
-    if text == "auto":
-        return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected an integer >= 0 or 'auto', got {text!r}"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"budget must be >= 0, got {value}")
-    return value
-
-
-def prefill_chunk_arg(text: str) -> int | None:
-    if text == "off":
+def _int_or_word(text: str, minimum: int, word: str) -> int | None:
+    """``text`` as an integer >= ``minimum``, or None for ``word``; else an argparse error."""
+    if text == word:
         return None
     try:
         value = int(text)
     except ValueError:
+        value = minimum - 1
+    if value < minimum:
         raise argparse.ArgumentTypeError(
-            f"expected an integer >= 1 or 'off', got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'off', got {value}")
+            f"expected an integer >= {minimum} or {word!r}, got {text!r}"
+        )
     return value
+
+
+def budget_arg(text: str) -> int | Literal["auto"]:
+    value = _int_or_word(text, 0, "auto")
+    return "auto" if value is None else value
+
+
+def prefill_chunk_arg(text: str) -> int | None:
+    return _int_or_word(text, 1, "off")
 
 
 def policy_name(cli_name: str) -> str:

@@ -53,7 +53,7 @@ from echo_server.engine.request import (
     RequestState,
     StepEvent,
 )
-from echo_server.engine.verify import PassOutput, feedback, prefill, verify_pass
+from echo_server.engine.verify import PassOutput, feedback, kv_handle, prefill, verify_pass
 from echo_server.kv.commit import commit_verified, kept_rows
 from echo_server.kv.pool import KVPool, RequestHandle
 from echo_server.model.llama import LlamaModel
@@ -257,7 +257,7 @@ class Engine:
         prefilling = [s for s in self.running if s.phase is Phase.PREFILLING]
         if not prefilling:
             return StepReport([])
-        left = [len(s.prompt_ids) - self.kv.cache_len(_kv(s)) for s in prefilling]
+        left = [len(s.prompt_ids) - self.kv.cache_len(kv_handle(s)) for s in prefilling]
         grants = chunk_rows(left, self.config.prefill_chunk)
         chunk = [(s, g, n) for s, g, n in zip(prefilling, grants, left, strict=True) if g > 0]
         states = [s for s, _, _ in chunk]
@@ -298,12 +298,6 @@ class Engine:
         mal, tokens = round(state.mean_accepted_length, 3), len(state.output_ids)
         rid, why = state.request_id, reason.value
         log.debug("request_finished", request_id=rid, reason=why, tokens=tokens, mal=mal)
-
-
-def _kv(state: RequestState) -> RequestHandle:
-    if state.kv is None:
-        raise RuntimeError(f"admitted request {state.request_id} has no KV handle")
-    return state.kv
 
 
 class _SpeculationError(RuntimeError):

@@ -54,7 +54,7 @@ def prefill(
     ``logits[b]`` is the distribution after request b's last row run here: its first output
     token when the chunk ends the prompt.
     """
-    handles = [_handle(s) for s in states]
+    handles = [kv_handle(s) for s in states]
     starts = [kv.cache_len(h) for h in handles]
     if rows is None:
         rows = [len(s.prompt_ids) - c for s, c in zip(states, starts, strict=True)]
@@ -135,7 +135,8 @@ def feedback(
     )
 
 
-def _handle(state: RequestState) -> RequestHandle:
+def kv_handle(state: RequestState) -> RequestHandle:
+    """The KV handle of an admitted request; RuntimeError if it has none."""
     if state.kv is None:
         raise RuntimeError(f"request {state.request_id} has no KV handle")
     return state.kv
