@@ -10,8 +10,10 @@ config, larger B the high-concurrency one; ECHO's ``min_depth_gain`` is set to
 :func:`depth_price` and every step's ``node_price`` to :func:`node_price` (the drafting cost per
 call and per expanded node). The table
 reports per step: accepted draft tokens, verified, mean accepted length (incl. bonus), draft
-yield, simulated tokens/s, and ratios to the oracle (``acc/orc``) and to the best selection from
-the policy's own pool (``acc/pool``). ``--json PATH`` also writes every row.
+yield, simulated tokens/s, ``select`` (accepted / the best as many verified rows could get from
+the policy's own pool) and ``cover`` (what its pool left reachable / what full-width drafting
+reaches), both as :mod:`echo_scheduler.simulator` defines them. ``--json PATH`` also writes
+every row.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def simulate(
 def format_table(rows: Sequence[Row]) -> str:
     head = (
         f"{'B':>4} {'K':>10} {'policy':<12} {'acc':>8} {'verif':>8} {'MAT':>5} {'yield':>6} "
-        f"{'tok/s':>9} {'vs plain':>8} {'acc/orc':>7} {'acc/pool':>8} {'sched ms':>8}"
+        f"{'tok/s':>9} {'vs plain':>8} {'select':>7} {'cover':>8} {'sched ms':>8}"
     )
     lines = [head, "-" * len(head)]
     plain = {(r.batch_size, r.budget): r.summary.tokens_per_s for r in rows if r.policy == "plain"}
@@ -120,7 +122,7 @@ def format_table(rows: Sequence[Row]) -> str:
             f"{r.batch_size:>4} {r.budget_label + '=' + str(r.budget):>10} {r.policy:<12} "
             f"{s.accepted:>8.1f} {s.verified:>8.1f} {s.mat:>5.2f} {s.draft_yield:>6.3f} "
             f"{s.tokens_per_s:>9.0f} {s.tokens_per_s / base if base else 0.0:>8.3f} "
-            f"{s.oracle_ratio:>7.3f} {s.pool_ratio:>8.3f} {s.schedule_ms:>8.2f}"
+            f"{s.selection:>7.3f} {s.coverage:>8.3f} {s.schedule_ms:>8.2f}"
         )
     return "\n".join(lines)
 

@@ -9,8 +9,12 @@ per request <= max_nodes).
 Simulated time of a step: ``t = t_draft + t_verify(B + verified)`` with
 ``t_draft = calls * per_call_s + expansions * per_node_s`` (``calls`` = drafter forward passes,
 one per depth; ``expansions`` = nodes (or roots) expanded); throughput = ``(B + accepted) / t``.
-The oracle (see :mod:`echo_scheduler.outcome`) verifies exactly its accepted nodes and drafts
-them as one chain per request: ``calls = max_b L_b``, ``expansions`` = its accepted tokens.
+Diagnostics (the replay's definitions, :mod:`echo_scheduler.replay.hindsight`): ``selection``
+= accepted / the best that as many verified rows could accept from the policy's own pool
+(``min(N, sum_b min(L_b, max_nodes[b]))`` per step, :func:`echo_scheduler.outcome.oracle_accepted`
+with the verified count ``N`` as the budget), and ``coverage`` = what its own pool left reachable /
+what the step's drafter could reach at ``oracle_width`` (both capped per request). The cost-aware
+bound ``eta`` lives in the replay (``echo-sd sim``); this synthetic simulator has none.
 """
 
 from __future__ import annotations
@@ -65,9 +69,9 @@ class StepResult:
     calls: int  # drafter forward passes (depths drafted)
     expansions: int  # nodes expanded by the drafter
     pool_nodes: int  # candidates drafted
-    pool_oracle: int  # best possible accepted tokens from this policy's own pool, same K
-    oracle: int  # best possible accepted tokens from the drafter, same K
-    oracle_calls: int
+    own_best: int  # most accepted tokens as many verified rows could get from its own pool
+    own_reach: int  # sum_b min(L_b in its own pool, max_nodes[b])
+    reach: int  # sum_b min(L_b drafting oracle_width wide, max_nodes[b])
     schedule_s: float  # wall time inside the policy's methods
 
 
@@ -129,9 +133,9 @@ def run_step(
         calls=run.depths,
         expansions=run.expansions,
         pool_nodes=pool.num_nodes,
-        pool_oracle=oracle_accepted(in_pool, step.max_nodes, budget),
-        oracle=oracle_accepted(reach, step.max_nodes, budget),
-        oracle_calls=int(reach.max()) if b else 0,
+        own_best=oracle_accepted(in_pool, step.max_nodes, int(keep.sum())),
+        own_reach=int(torch.minimum(in_pool, step.max_nodes).sum()),
+        reach=int(reach.sum()),
         schedule_s=run.schedule_s,
     )
 
@@ -146,9 +150,8 @@ class Summary:
     draft_yield: float  # accepted / verified
     mat: float  # mean accepted length incl. the bonus token: 1 + accepted / B
     tokens_per_s: float
-    oracle_ratio: float  # accepted / oracle accepted
-    pool_ratio: float  # accepted / best from its own pool
-    oracle_tokens_per_s: float
+    selection: float  # accepted / best from its own pool with as many verified rows
+    coverage: float  # reachable in its own pool / reachable by the drafter at oracle_width
     schedule_ms: float
 
 
@@ -162,13 +165,11 @@ def summarize(
     n = max(len(results), 1)
     acc = sum(r.accepted for r in results)
     ver = sum(r.verified for r in results)
-    orc = sum(r.oracle for r in results)
+    best, own, reach = (
+        sum(getattr(r, f) for r in results) for f in ("own_best", "own_reach", "reach")
+    )
     t = sum(
         draft.seconds(r.calls, r.expansions) + verify.latency_at(batch_size + r.verified)
-        for r in results
-    )
-    t_orc = sum(
-        draft.seconds(r.oracle_calls, r.oracle) + verify.latency_at(batch_size + r.oracle)
         for r in results
     )
     emitted = batch_size * len(results)
@@ -180,8 +181,7 @@ def summarize(
         draft_yield=totals.draft_yield,
         mat=totals.mean_accepted_length,
         tokens_per_s=(emitted + acc) / t if t else 0.0,
-        oracle_ratio=acc / orc if orc else 1.0,
-        pool_ratio=acc / max(sum(r.pool_oracle for r in results), 1),
-        oracle_tokens_per_s=(emitted + orc) / t_orc if t_orc else 0.0,
+        selection=acc / best if best else 1.0,
+        coverage=own / reach if reach else 1.0,
         schedule_ms=1e3 * sum(r.schedule_s for r in results) / n,
     )

@@ -54,7 +54,7 @@ def test_smoke_bench_writes_a_valid_document(smollm: LoadedModel, tmp_path: Path
         assert len(run.speedup_rounds) == 2
         assert run.speedup_ci95 is not None
         assert run.speedup_ci95[0] <= run.speedup <= run.speedup_ci95[1]
-        assert run.oracle_ratio is None or 0.0 <= run.oracle_ratio <= 1.0
+        assert run.selection is None or 0.0 <= run.selection <= 1.0
         assert 0.0 <= run.draft_yield <= 1.0
         assert run.mean_accepted_length >= 1.0
         assert run.request_speedup_min is not None

@@ -4,7 +4,7 @@ Closed loop at concurrency C: the first C prompts are submitted, and each time a
 finishes the next prompt is submitted, so (until the prompts run out) C requests are always in
 flight. Every decode pass comes back in the step's report (a
 :class:`~echo_server.engine.report.VerifiedStep`); once all requests of a pass have finished,
-their outputs give the pass's continuations, the oracle is evaluated
+their outputs give the pass's continuations, its selection quality is evaluated
 (:mod:`echo_server.bench.oracle`) and the pass's pool is dropped, so memory stays bounded by the
 passes still in flight. With ``record`` set, the steps are also kept as echo-trace/1 steps for the
 simulator (:mod:`echo_server.bench.traces`).
@@ -105,7 +105,7 @@ def run_closed_loop(
             target = continuations(
                 seqs, step.root_positions.tolist(), max(step.pool.max_depth(), 1)
             )
-            hind = step_oracle(step.pool, step.keep, target, step.max_nodes, step.budget)
+            hind = step_oracle(step.pool, step.keep, target, step.max_nodes)
             acc.add(step, hind)
             if record:
                 recorded.append(RecordedStep(step.pool, target, step.max_nodes))
@@ -167,7 +167,7 @@ def run_closed_loop(
         draft_yield=acc.draft_yield,
         verified_per_step=acc.verified / steps,
         budget_per_step=acc.budget / steps,
-        oracle_ratio=acc.oracle_ratio,
+        selection=acc.selection,
         latency_p50_ms=1e3 * percentile(clock.per_token, 50),
         latency_p99_ms=1e3 * percentile(clock.per_token, 99),
         ttft_p50_ms=1e3 * percentile(clock.ttft, 50),

@@ -20,8 +20,9 @@ Definitions (per run = one policy on one workload at one concurrency):
   over this run's in the same round; the 10th percentile and the minimum over requests (median
   over rounds); ``longest_passed_over``: the most drafted steps in a row in which one request got
   no draft row (:mod:`echo_server.bench.fairness`);
-- ``oracle_ratio`` (:mod:`echo_server.bench.oracle`): realised / hindsight-best accepted tokens
-  on the same pools, ``None`` when no step drafted anything (plain decoding).
+- ``selection`` (:mod:`echo_server.bench.oracle`): accepted draft tokens / the most that as many
+  verified rows could have accepted from the same pools, ``None`` when no step verified a draft
+  row (plain decoding).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class RunAccumulator:
 
     steps: int = 0
     acceptance: AcceptanceTotals = field(default_factory=AcceptanceTotals)
-    oracle: int = 0
+    best: int = 0  # sum over steps of StepOracle.best
     budget: int = 0
     schedule_s: float = 0.0
     step_yields: list[float] = field(default_factory=list)
@@ -70,7 +71,7 @@ class RunAccumulator:
         acc, ver = step.stats.total_accepted, step.stats.total_verified
         self.steps += 1
         self.acceptance += step.stats.totals
-        self.oracle += hind.oracle
+        self.best += hind.best
         self.budget += step.budget
         self.schedule_s += step.schedule_s
         if ver:
@@ -90,8 +91,8 @@ class RunAccumulator:
         return self.acceptance.verified
 
     @property
-    def oracle_ratio(self) -> float | None:
-        return self.acceptance.accepted / self.oracle if self.oracle else None
+    def selection(self) -> float | None:
+        return self.acceptance.accepted / self.best if self.best else None
 
 
 def confidence_histogram(step: VerifiedStep, hit: Tensor) -> Tensor:
@@ -136,7 +137,7 @@ class RunResult:
     draft_yield: float
     verified_per_step: float
     budget_per_step: float
-    oracle_ratio: float | None
+    selection: float | None
     latency_p50_ms: float
     latency_p99_ms: float
     ttft_p50_ms: float

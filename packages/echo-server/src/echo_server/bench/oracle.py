@@ -1,23 +1,28 @@
-"""The oracle bound of a real step: hindsight-best use of the step's budget on its own pool.
+"""Selection quality of a real step: the hindsight-best use of the rows it paid for.
 
 Once a request has finished, its whole output is known, so for every step it took we know the
 *continuation*: the tokens that followed the step's root, ``t_1 .. t_D``. Under greedy
 acceptance a drafted node at depth d is accepted iff its parent is (or is the root) and its
 token is ``t_d`` (:func:`echo_scheduler.outcome.accepted_mask`), so the pool's longest matching
 path ``L_b`` is the most that request b could have gained from what was drafted. Every matching
-node is worth one token and every other node nothing, so the hindsight-best selection of at most
-K nodes (at most ``max_nodes[b]`` per request) accepts
+node is worth one token and every other node nothing, so the best selection of as many rows as
+the step verified, ``N`` (at most ``max_nodes[b]`` per request), accepts
 
-    oracle = min(K, sum_b min(L_b, max_nodes[b]))
+    best = min(N, sum_b min(L_b, max_nodes[b]))
 
-tokens. The oracle ratio of a run is ``sum realised accepted / sum oracle`` over its steps (not
-a mean of per-step ratios); 1.0 means the policy's selection was hindsight-optimal *on the
-candidates it drafted*. The bound takes the pool as given: a policy that drafts too little can
-still score 1.0, which the other metrics (accepted length, tokens/s) expose.
+tokens (:func:`echo_scheduler.outcome.oracle_accepted` with ``N`` as the budget). A run's
+``selection`` is ``sum realised accepted / sum best`` over its steps (not a mean of per-step
+ratios): 1.0 means every row it paid for went to a node on the continuation's path, given what
+it drafted. It is the replay's ``selection`` (echo_scheduler.replay.hindsight) on a real run.
 
-Worked example: K = 3, two requests, pools matching ``L = (2, 3)``, caps ``(5, 1)``: the oracle
-accepts ``min(3, 2 + 1) = 3``; a selection that verified three nodes of request 0 (two matching)
-and none of request 1 realises 2, ratio 2/3.
+It is a diagnostic, not a bound on speed. Measuring against the budget K instead (the bench's
+old ``oracle_ratio``) credited a policy that verifies few rows: chain scored 1.0, EAGLE-2 0.4
+and ECHO about 0.2, the reverse of their speed at concurrency 16. The cost-aware bound is the
+replay's ``eta`` (``echo-sd sim``).
+
+Worked example: two requests, pools matching ``L = (2, 3)``, caps ``(5, 1)``; a selection that
+verified three nodes of request 0 (two matching) and none of request 1 has ``N = 3``, best
+``min(3, 2 + 1) = 3``, realises 2: selection 2/3.
 
 With temperature > 0 the continuation is the sampled output, and a node is accepted iff it
 matches it (candidates rejected by the stochastic rule leave residual mass zero on their token),
@@ -57,17 +62,15 @@ def continuations(sequences: Sequence[Sequence[int]], roots: Sequence[int], dept
 class StepOracle:
     """Hindsight view of one step."""
 
-    hit: Tensor  # [N] bool, pool nodes on the continuation's path
+    hit: Tensor  # [pool nodes] bool, nodes on the continuation's path
     reachable: Tensor  # [B] int64, L_b: longest matching path in the pool
     realised: Tensor  # [B] int64, matching nodes among the verified ones
-    oracle: int  # min(K, sum_b min(L_b, max_nodes[b]))
+    best: int  # min(N verified, sum_b min(L_b, max_nodes[b]))
 
 
-def step_oracle(
-    pool: TreeBatch, keep: Tensor, target: Tensor, max_nodes: Tensor, budget: int
-) -> StepOracle:
-    """The oracle of one step (module docstring). ``keep``: [N] bool; ``target``: [B, D] int64;
-    ``max_nodes``: [B] int64."""
+def step_oracle(pool: TreeBatch, keep: Tensor, target: Tensor, max_nodes: Tensor) -> StepOracle:
+    """The hindsight view of one step (module docstring). ``keep``: [pool nodes] bool, the
+    verified nodes; ``target``: [B, D] int64; ``max_nodes``: [B] int64."""
     if keep.shape != (pool.num_nodes,) or target.shape[0] != pool.batch_size:
         raise ValueError(
             f"keep {tuple(keep.shape)} / target {tuple(target.shape)} do not fit a pool of "
@@ -80,4 +83,4 @@ def step_oracle(
     req = pool.request_index()
     reach = torch.bincount(req[hit], minlength=pool.batch_size)
     realised = torch.bincount(req[hit & keep], minlength=pool.batch_size)
-    return StepOracle(hit, reach, realised, oracle_accepted(reach, max_nodes, budget))
+    return StepOracle(hit, reach, realised, oracle_accepted(reach, max_nodes, int(keep.sum())))

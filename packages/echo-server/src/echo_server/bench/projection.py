@@ -94,7 +94,7 @@ def _simulate(
         "mean_accepted_length": s.mat,
         "draft_yield": s.draft_yield,
         "verified_per_step": s.verified,
-        "oracle_ratio": s.oracle_ratio,
+        "selection": s.selection,
     }
 
 

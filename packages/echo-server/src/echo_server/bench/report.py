@@ -5,7 +5,7 @@ JSON schema ``echo-bench/1`` (docs/BENCHMARKS.md has the field-by-field referenc
     {"schema": "echo-bench/1",
      "machine": {...}, "config": {...},
      "runs": [{"policy", "workload", "concurrency", "tokens_per_s", "speedup",
-               "mean_accepted_length", "draft_yield", "oracle_ratio", "outputs_match", ...}],
+               "mean_accepted_length", "draft_yield", "selection", "outputs_match", ...}],
      "confidence": {policy: {"bins": [...], "depths": [{"depth", "accepted", "rejected"}]}},
      "projection": {...} | null,
      "failures": [str], "wall_s": float}
@@ -35,7 +35,7 @@ REQUIRED_RUN_FIELDS = (
     "speedup",
     "mean_accepted_length",
     "draft_yield",
-    "oracle_ratio",
+    "selection",
     "outputs_match",
 )
 
@@ -72,7 +72,7 @@ def markdown_table(runs: Sequence[RunResult]) -> str:
     head = (
         "| workload | conc | policy | tok/s | speedup [95% CI] | tok/cpu-s | speedup (cpu) | MAT "
         "| yield "
-        "| verified/step | oracle | p50 ms/tok | p99 ms/tok | per-request speedup p10 / min "
+        "| verified/step | selection | p50 ms/tok | p99 ms/tok | per-request speedup p10 / min "
         "| passed over | outputs match |"
     )
     lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -82,7 +82,7 @@ def markdown_table(runs: Sequence[RunResult]) -> str:
             f"| {_num(r.speedup, '.2f')} {_ci(r.speedup_ci95)} | {r.tokens_per_cpu_s:.1f} "
             f"| {_num(r.speedup_cpu, '.2f')} "
             f"| {r.mean_accepted_length:.2f} | {r.draft_yield:.3f} "
-            f"| {r.verified_per_step:.1f} | {_num(r.oracle_ratio, '.3f')} "
+            f"| {r.verified_per_step:.1f} | {_num(r.selection, '.3f')} "
             f"| {r.latency_p50_ms:.1f} | {r.latency_p99_ms:.1f} "
             f"| {_num(r.request_speedup_p10, '.2f')} / {_num(r.request_speedup_min, '.2f')} "
             f"| {r.longest_passed_over} | {_match(r.outputs_match)} |"
