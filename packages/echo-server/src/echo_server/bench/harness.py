@@ -20,7 +20,13 @@ from dataclasses import dataclass, field, replace
 from echo_core.sampling import SamplingParams
 from echo_scheduler.trace import RecordedStep
 from echo_server.bench.fairness import RequestTimes
-from echo_server.bench.metrics import PHASES, RunAccumulator, RunResult, percentile
+from echo_server.bench.metrics import (
+    PHASES,
+    RunAccumulator,
+    RunResult,
+    percentile,
+    step_over_forward,
+)
 from echo_server.bench.oracle import continuations, step_oracle
 from echo_server.engine import Engine, GenerationRequest
 from echo_server.engine.report import VerifiedStep
@@ -84,6 +90,7 @@ def run_closed_loop(
     prompt_ids: dict[str, list[int]] = {}
     pending: list[VerifiedStep] = []
     schedule_s = 0.0
+    forward_s: float | None = 0.0  # None once a pass could not time its forward (not a CPU)
     acc = RunAccumulator()
     recorded: list[RecordedStep] = []
     batch_sum = 0
@@ -135,6 +142,10 @@ def run_closed_loop(
                 submit_next()
         batch_sum += report.batch
         schedule_s += sum(p.schedule_s for p in report.passes)
+        for p in report.passes:
+            forward_s = (
+                None if forward_s is None or p.forward_s is None else forward_s + p.forward_s
+            )
         pending.extend(report.passes)
         for verified in report.passes:
             times.verified(verified.request_ids, verified.tree.nodes_per_request().tolist())
@@ -174,5 +185,6 @@ def run_closed_loop(
         phase_ms_per_step={p: 1e3 * phase.get(p, 0.0) / steps for p in PHASES},
         draft_yield_quartiles=(percentile(ys, 25), percentile(ys, 50), percentile(ys, 75)),
         longest_passed_over=times.longest_passed_over(),
+        step_over_forward=step_over_forward(phase, forward_s),
     )
     return RunOutput(result, outputs, prompt_ids, acc, recorded, times.tpot())

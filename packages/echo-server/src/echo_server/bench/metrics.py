@@ -20,6 +20,10 @@ Definitions (per run = one policy on one workload at one concurrency):
   over this run's in the same round; the 10th percentile and the minimum over requests (median
   over rounds); ``longest_passed_over``: the most drafted steps in a row in which one request got
   no draft row (:mod:`echo_server.bench.fairness`);
+- ``step_over_forward`` = decode-step wall time (every phase but prefill) / wall time of the
+  target model's own forward + logits inside those steps' verify passes (CPU only, else
+  ``None``): 1.0 would be a step that costs exactly the model over the rows it verifies; what is
+  above it is drafting, scheduling, verify preparation, acceptance, commit and emit;
 - ``selection`` (:mod:`echo_server.bench.oracle`): accepted draft tokens / the most that as many
   verified rows could have accepted from the same pools, ``None`` when no step verified a draft
   row (plain decoding).
@@ -95,6 +99,14 @@ class RunAccumulator:
         return self.acceptance.accepted / self.best if self.best else None
 
 
+def step_over_forward(phase_s: Mapping[str, float], forward_s: float | None) -> float | None:
+    """``sum(phase_s[p] for p != "prefill") / forward_s`` (module docstring); None when the
+    forward was not timed or took no time."""
+    if forward_s is None or forward_s <= 0.0:
+        return None
+    return sum(sec for name, sec in phase_s.items() if name != "prefill") / forward_s
+
+
 def confidence_histogram(step: VerifiedStep, hit: Tensor) -> Tensor:
     """[HIST_DEPTHS, 2, CONFIDENCE_BINS] counts of verified nodes by depth, accepted (index 1)
     or rejected (0), and path probability ``exp(path_logprob)`` in equal-width bins of [0, 1]."""
@@ -144,6 +156,7 @@ class RunResult:
     phase_ms_per_step: dict[str, float]
     draft_yield_quartiles: tuple[float, float, float]
     longest_passed_over: int = 0  # drafted steps in a row one request got no row (fairness.py)
+    step_over_forward: float | None = None  # decode step / the model's forward in it (CPU)
     speedup: float | None = None  # median over interleaved rounds of plain's wall / this run's
     speedup_ci95: tuple[float, float] | None = None  # t-interval over rounds (bench.intervals)
     speedup_rounds: tuple[float, ...] = ()

@@ -73,9 +73,9 @@ def markdown_table(runs: Sequence[RunResult]) -> str:
         "| workload | conc | policy | tok/s | speedup [95% CI] | tok/cpu-s | speedup (cpu) | MAT "
         "| yield "
         "| verified/step | selection | p50 ms/tok | p99 ms/tok | per-request speedup p10 / min "
-        "| passed over | outputs match |"
+        "| passed over | step / forward | outputs match |"
     )
-    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         lines.append(
             f"| {r.workload} | {r.concurrency} | {r.policy} | {r.tokens_per_s:.1f} "
@@ -85,7 +85,8 @@ def markdown_table(runs: Sequence[RunResult]) -> str:
             f"| {r.verified_per_step:.1f} | {_num(r.selection, '.3f')} "
             f"| {r.latency_p50_ms:.1f} | {r.latency_p99_ms:.1f} "
             f"| {_num(r.request_speedup_p10, '.2f')} / {_num(r.request_speedup_min, '.2f')} "
-            f"| {r.longest_passed_over} | {_match(r.outputs_match)} |"
+            f"| {r.longest_passed_over} | {_num(r.step_over_forward, '.2f')} "
+            f"| {_match(r.outputs_match)} |"
         )
     return "\n".join(lines)
 

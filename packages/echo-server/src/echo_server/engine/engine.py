@@ -244,7 +244,9 @@ class Engine:
             self.elastic.observe_phases(
                 len(batch), tree.num_nodes, emitted, phases, depths, spec.driven.expansions
             )
-        verified = VerifiedStep.of(batch, spec.step, spec.driven, result, root_positions)
+        verified = VerifiedStep.of(
+            batch, spec.step, spec.driven, result, root_positions, out.forward_s
+        )
         return StepReport(events, 0, emitted, verified.stats.totals, phases, (verified,))
 
     def _admit_and_prefill(self) -> StepReport:

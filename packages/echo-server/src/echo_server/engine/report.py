@@ -67,6 +67,7 @@ class VerifiedStep:
     driven: DrivenStep  # pool, selection, verified tree, depths, scheduling time
     on_path: Tensor  # [tree.num_nodes] bool, node on its request's accepted path
     stats: StepStats
+    forward_s: float | None = None  # the target model's share of the verify phase (CPU only)
 
     @classmethod
     def of(
@@ -76,6 +77,7 @@ class VerifiedStep:
         driven: DrivenStep,
         result: AcceptResult,
         root_positions: Tensor,
+        forward_s: float | None = None,
     ) -> VerifiedStep:
         """The record of a committed pass over ``batch`` (request counters already advanced)."""
         tree = driven.tree
@@ -89,6 +91,7 @@ class VerifiedStep:
             driven=driven,
             on_path=accepted_mask(tree, result),
             stats=StepStats.from_result(tree, result),
+            forward_s=forward_s,
         )
 
     @property

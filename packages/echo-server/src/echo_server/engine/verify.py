@@ -8,10 +8,17 @@ Verify runs, per request, its root (last emitted token) then its tree nodes, at 
 ``cache_len + depth`` with the tree mask (root + ancestors-or-self visible, plus the cached
 prefix). Every row's K/V is written into freshly allocated slots; commit keeps the accepted.
 Acceptance (phase 5) is :mod:`echo_server.engine.acceptance`.
+
+``PassOutput.forward_s`` is the wall time of the target model alone in a verify pass
+(``model.forward`` + ``model.logits`` over its rows), on a CPU model only: elsewhere the forward
+is asynchronous, and timing it would need a device sync the engine does not otherwise make, so
+it is None. It is the denominator of the bench's ``step_over_forward`` (what a decode step costs
+beyond the model over the same rows).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +46,7 @@ class PassOutput:
     hidden: Tensor  # [R, H] final hidden states
     aux: tuple[Tensor, ...]  # [R, H] each, hidden states after the requested aux layers
     slots: Tensor  # [R] int64, KV slot written for every row
+    forward_s: float | None = None  # verify: model forward + logits wall time (CPU only)
 
 
 def prefill(
@@ -101,12 +109,16 @@ def verify_pass(
         batch = kv.attention_batch(handles, rows, slots, tree_row_mask(tree))
         positions = verify_positions(tree, batch.cache_len)
         tokens = tokens.to(model.device)
+        start = time.perf_counter()
         out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
         logits = model.logits(out.hidden)
+        forward_s = time.perf_counter() - start if model.device.type == "cpu" else None
     except BaseException:
         kv.free(slots)  # nothing was committed: the slots go back
         raise
-    return PassOutput(logits, tokens, positions, batch.cu_rows, out.hidden, out.aux, slots)
+    return PassOutput(
+        logits, tokens, positions, batch.cu_rows, out.hidden, out.aux, slots, forward_s
+    )
 
 
 def feedback(
