@@ -89,6 +89,9 @@ def test_single_rows_take_the_plain_weight_when_chosen(monkeypatch: pytest.Monke
         assert single_row_path(fresh) is want
     monkeypatch.setenv("ECHO_LINEAR_SINGLE_ROW", "auto")
     assert single_row_path(fresh) in (True, False)  # timed: either answer is legitimate
+    assert single_row_path([fresh, Linear(w.clone(), b)]) in (True, False)  # a layer sweep
+    assert single_row_path([fresh, lin]) is False  # one of them has no plain copy left
+    assert single_row_path([]) is False
     monkeypatch.setenv("ECHO_LINEAR_SINGLE_ROW", "fast")
     with pytest.raises(ValueError, match="ECHO_LINEAR_SINGLE_ROW must be one of"):
         single_row_path(fresh)

@@ -75,7 +75,10 @@ def markdown_table(runs: Sequence[RunResult]) -> str:
         "| verified/step | selection | p50 ms/tok | p99 ms/tok | per-request speedup p10 / min "
         "| passed over | step / forward | outputs match |"
     )
-    lines = [head, "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        head,
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in runs:
         lines.append(
             f"| {r.workload} | {r.concurrency} | {r.policy} | {r.tokens_per_s:.1f} "

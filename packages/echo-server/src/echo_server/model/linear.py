@@ -24,8 +24,9 @@ thread, SmolLM2 shapes, 2026-12-01) ``F.linear``'s GEMV took 0.44-0.66x the pack
 layer projections and 0.92x for the lm_head at one row, while packing won 1.2-2.3x from two
 rows on (o_proj from six); the whole 1-row forward took 88 ms with ``F.linear`` and 107 ms
 packed. Plain decoding runs one row per request per step, so a packed-only model handicaps it.
-:func:`single_row_path` decides per weight shape, once per process
-(``ECHO_LINEAR_SINGLE_ROW=auto``, the default: the faster of the two on a timed 1-row call;
+:func:`single_row_path` decides per projection name, once per model load
+(``ECHO_LINEAR_SINGLE_ROW=auto``, the default: the faster of the two on timed 1-row sweeps over
+every layer's weight;
 ``plain`` / ``packed`` force it); a :class:`Linear` whose single-row path is plain keeps its plain
 copy and uses it for 1-row calls only. The 1-row call was already a path of its own (GEMV), so
 this adds no new kind of rounding difference between a decode step and a verify pass.
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -88,40 +89,56 @@ class Linear:
 
 
 SINGLE_ROW_MODES = ("auto", "plain", "packed")
-TIMED_CALLS = 5  # per repeat; the median of REPEATS repeats decides
-REPEATS = 5
+REPEATS = 5  # alternating timed sweeps per path; the medians decide
 
 
-def single_row_path(linear: Linear, mode: str | None = None) -> bool:
-    """Whether 1-row calls of ``linear`` (and of every Linear of its shape) should use the plain
-    weight: ``mode`` (default ``ECHO_LINEAR_SINGLE_ROW``, else ``auto``) ``plain`` / ``packed``
-    force it; ``auto`` times one row both ways (median of 5 x 5 calls) and takes the faster."""
+def single_row_path(linears: Linear | Sequence[Linear], mode: str | None = None) -> bool:
+    """Whether 1-row calls of ``linears`` (every layer's projection of one name, or one Linear)
+    should use the plain weight: ``mode`` (default ``ECHO_LINEAR_SINGLE_ROW``, else ``auto``)
+    ``plain`` / ``packed`` force it; ``auto`` times one row through every given Linear in turn,
+    both ways in alternating sweeps (median of ``REPEATS`` sweeps each), and takes the faster.
+
+    Sweeping all layers matters: a forward streams each layer's weight from memory once, while
+    one weight timed in a loop stays in cache, where packing can win. Timing the first layer's
+    weight alone picked the packed qkv in one process and the plain one in the next on the dev
+    CPU (AMD EPYC, one thread), although over all 30 layers one row costs 8.7-9.3 ms plain and
+    10.8-11.8 ms packed. Real ties stay ties (gate_up: 34-38 ms either way), where either answer
+    costs the same."""
+    group = [linears] if isinstance(linears, Linear) else list(linears)
     mode = mode or os.environ.get("ECHO_LINEAR_SINGLE_ROW", "auto")
     if mode not in SINGLE_ROW_MODES:
         raise ValueError(f"ECHO_LINEAR_SINGLE_ROW must be one of {SINGLE_ROW_MODES}, got {mode!r}")
-    if linear.packed is None or linear.weight is None:
+    pairs = [(lin.weight, lin.packed, lin.bias) for lin in group]
+    if not pairs or any(w is None or p is None for w, p, _ in pairs):
         return False
     if mode != "auto":
         return mode == "plain"
-    weight, packed = linear.weight, linear.packed
-    x = torch.zeros(1, weight.shape[1], dtype=weight.dtype, device=weight.device)
+    first = pairs[0][0]
+    assert first is not None
+    x = torch.zeros(1, first.shape[1], dtype=first.dtype, device=first.device)
 
-    def plain() -> Tensor:
-        return F.linear(x, weight, linear.bias)
+    def plain() -> None:
+        for weight, _, bias in pairs:
+            assert weight is not None
+            F.linear(x, weight, bias)
 
-    def onednn() -> Tensor:
-        out: Tensor = torch.ops.mkldnn._linear_pointwise(x, packed, linear.bias, "none", [], "")
-        return out
+    def onednn() -> None:
+        for _, packed, bias in pairs:
+            torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
-    return _median_s(plain) < _median_s(onednn)
+    plain_s, packed_s = _alternating_medians(plain, onednn)
+    return plain_s < packed_s
 
 
-def _median_s(fn: Callable[[], Tensor]) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        for _ in range(TIMED_CALLS):
-            fn()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[REPEATS // 2]
+def _alternating_medians(a: Callable[[], None], b: Callable[[], None]) -> tuple[float, float]:
+    """Median wall time of ``a`` and of ``b`` over ``REPEATS`` rounds, each round timing both
+    (order alternating), after one warm-up call of each."""
+    a()
+    b()
+    times: tuple[list[float], list[float]] = ([], [])
+    for r in range(REPEATS):
+        for i in (0, 1) if r % 2 == 0 else (1, 0):
+            start = time.perf_counter()
+            (a, b)[i]()
+            times[i].append(time.perf_counter() - start)
+    return sorted(times[0])[REPEATS // 2], sorted(times[1])[REPEATS // 2]

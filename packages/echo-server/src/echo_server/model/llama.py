@@ -176,12 +176,12 @@ class LlamaModel:
 
 def _choose_single_rows(linears: tuple[_LayerLinears, ...], lm_head: Linear) -> dict[str, bool]:
     """Per projection name, whether its 1-row calls use the plain weight (linear.py docstring):
-    decided once on the first layer (every layer has the same shapes) and applied to all."""
+    decided once by timing every layer's projection of that name, and applied to all."""
     chosen: dict[str, bool] = {}
     if not linears:
         return chosen
     for name in ("qkv", "o_proj", "gate_up", "down"):
-        plain = single_row_path(getattr(linears[0], name))
+        plain = single_row_path([getattr(mm, name) for mm in linears])
         chosen[name] = plain
         for mm in linears:
             getattr(mm, name).plain_single_row = plain
