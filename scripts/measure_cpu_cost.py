@@ -16,6 +16,13 @@ concurrency 1; per decode step the drafter's seconds (the draft phase minus the 
 scheduling time) are fitted by least squares, without intercept and both coefficients >= 0, to
 ``c_call * calls + c_node * expansions``.
 
+Drift check: a reference pass (B = 1, no draft row, the same context) is timed before the verify
+grid, between the grid and the drafter run, and after it. A shared VM can change speed within
+minutes (on the dev VM a fixed 1-row sweep took 13.4 ms, then 18.9 ms ten minutes later, then
+13.6 ms again), and a profile measured across such a change has the wrong shape, so the file is
+written only when the slowest reference is at most ``--max-drift`` times the fastest (default
+1.10); the three references and their ratio are stored in the file's ``machine`` section.
+
 One torch thread, as the benchmarks use. Run on a quiet machine:
 
     .venv/bin/python scripts/measure_cpu_cost.py --out traces/cost-cpu.json
@@ -38,6 +45,7 @@ from echo_server.cli import build_parser
 from echo_server.cli.options import build_engine, load
 from echo_server.engine import GenerationRequest
 from echo_server.engine.budget import time_verify
+from echo_server.model.loader import LoadedModel
 
 
 def fit_draft(samples: list[tuple[int, int, float]]) -> tuple[float, float]:
@@ -53,9 +61,10 @@ def fit_draft(samples: list[tuple[int, int, float]]) -> tuple[float, float]:
     return float(coef[0]), float(coef[1])
 
 
-def draft_samples(args: argparse.Namespace, n_prompts: int) -> list[tuple[int, int, float]]:
+def draft_samples(
+    args: argparse.Namespace, loaded: LoadedModel, n_prompts: int
+) -> list[tuple[int, int, float]]:
     ns = build_parser().parse_args(["serve", "--threads", "1", "--drafter", "eagle"])
-    loaded = load(ns)
     engine = build_engine(loaded, "global-topk", ns)
     prompts = load_workloads(["mtbench"], n_prompts)[0].prompts
     out: list[tuple[int, int, float]] = []
@@ -85,10 +94,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median of medians)")
     p.add_argument("--prompts", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-drift", type=float, default=1.10, help="slowest / fastest reference")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     ns = build_parser().parse_args(["serve", "--threads", "1"])
-    model = load(ns).model
+    loaded = load(ns)
+    model = loaded.model
+    reference = [time_verify(model, 1, 0, args.context, 5 * args.repeats)]
     verify: dict[int, tuple[list[float], list[float]]] = {}
     points = [(b, r) for b in args.batches for r in args.draft_rows]
     timed: dict[tuple[int, int], list[float]] = {pt: [] for pt in points}
@@ -103,12 +115,23 @@ def main(argv: list[str]) -> int:
         verify[b] = (rows, secs)
         cells = ", ".join(f"{int(t)}:{1e3 * s:.1f}ms" for t, s in zip(rows, secs, strict=True))
         print(f"verify B={b}: {cells}")
-    del model
-    samples = draft_samples(args, args.prompts)
+    reference.append(time_verify(model, 1, 0, args.context, 5 * args.repeats))
+    samples = draft_samples(args, loaded, args.prompts)
     per_call, per_node = fit_draft(samples)
     print(
         f"draft: {len(samples)} steps, {1e3 * per_call:.3f} ms/call + {1e3 * per_node:.4f} ms/node"
     )
+    reference.append(time_verify(model, 1, 0, args.context, 5 * args.repeats))
+    drift = max(reference) / min(reference)
+    refs = ", ".join(f"{1e3 * s:.1f}" for s in reference)
+    print(f"reference B=1 pass: {refs} ms; drift {drift:.3f}")
+    if drift > args.max_drift:
+        print(
+            f"the machine changed speed during the measurement (drift {drift:.3f} > "
+            f"{args.max_drift}): {args.out} not written; rerun when it is quiet",
+            file=sys.stderr,
+        )
+        return 1
     machine = {
         "cpu": cpu_name(),
         "threads": 1,
@@ -117,6 +140,8 @@ def main(argv: list[str]) -> int:
         "context": args.context,
         "draft_steps": len(samples),
         "model": "embedded default (SmolLM2-135M-Instruct, float32) + shipped EAGLE head",
+        "reference_ms": [round(1e3 * s, 2) for s in reference],
+        "drift": round(drift, 4),
     }
     save_profiled(args.out, verify, per_call, per_node, machine)
     load_profiled(args.out)  # the file reads back
