@@ -165,9 +165,9 @@ def summarize(
     n = max(len(results), 1)
     acc = sum(r.accepted for r in results)
     ver = sum(r.verified for r in results)
-    best, own, reach = (
-        sum(getattr(r, f) for r in results) for f in ("own_best", "own_reach", "reach")
-    )
+    best = sum(r.own_best for r in results)
+    own = sum(r.own_reach for r in results)
+    reach = sum(r.reach for r in results)
     t = sum(
         draft.seconds(r.calls, r.expansions) + verify.latency_at(batch_size + r.verified)
         for r in results
