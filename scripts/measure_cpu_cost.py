@@ -100,7 +100,11 @@ def main(argv: list[str]) -> int:
     ns = build_parser().parse_args(["serve", "--threads", "1"])
     loaded = load(ns)
     model = loaded.model
-    reference = [time_verify(model, 1, 0, args.context, 5 * args.repeats)]
+
+    def reference_pass() -> float:
+        return time_verify(model, 1, 0, args.context, 5 * args.repeats)
+
+    reference = [reference_pass()]
     verify: dict[int, tuple[list[float], list[float]]] = {}
     points = [(b, r) for b in args.batches for r in args.draft_rows]
     timed: dict[tuple[int, int], list[float]] = {pt: [] for pt in points}
@@ -115,13 +119,13 @@ def main(argv: list[str]) -> int:
         verify[b] = (rows, secs)
         cells = ", ".join(f"{int(t)}:{1e3 * s:.1f}ms" for t, s in zip(rows, secs, strict=True))
         print(f"verify B={b}: {cells}")
-    reference.append(time_verify(model, 1, 0, args.context, 5 * args.repeats))
+    reference.append(reference_pass())
     samples = draft_samples(args, loaded, args.prompts)
     per_call, per_node = fit_draft(samples)
     print(
         f"draft: {len(samples)} steps, {1e3 * per_call:.3f} ms/call + {1e3 * per_node:.4f} ms/node"
     )
-    reference.append(time_verify(model, 1, 0, args.context, 5 * args.repeats))
+    reference.append(reference_pass())
     drift = max(reference) / min(reference)
     refs = ", ".join(f"{1e3 * s:.1f}" for s in reference)
     print(f"reference B=1 pass: {refs} ms; drift {drift:.3f}")

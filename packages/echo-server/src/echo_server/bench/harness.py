@@ -142,13 +142,11 @@ def run_closed_loop(
                 submit_next()
         batch_sum += report.batch
         schedule_s += sum(p.schedule_s for p in report.passes)
-        for p in report.passes:
-            forward_s = (
-                None if forward_s is None or p.forward_s is None else forward_s + p.forward_s
-            )
         pending.extend(report.passes)
         for verified in report.passes:
             times.verified(verified.request_ids, verified.tree.nodes_per_request().tolist())
+            if forward_s is not None:
+                forward_s = None if verified.forward_s is None else forward_s + verified.forward_s
         settle()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     if pending:

@@ -108,18 +108,20 @@ def single_row_path(linears: Linear | Sequence[Linear], mode: str | None = None)
     mode = mode or os.environ.get("ECHO_LINEAR_SINGLE_ROW", "auto")
     if mode not in SINGLE_ROW_MODES:
         raise ValueError(f"ECHO_LINEAR_SINGLE_ROW must be one of {SINGLE_ROW_MODES}, got {mode!r}")
-    pairs = [(lin.weight, lin.packed, lin.bias) for lin in group]
-    if not pairs or any(w is None or p is None for w, p, _ in pairs):
+    pairs: list[tuple[Tensor, Tensor, Tensor | None]] = []
+    for lin in group:
+        if lin.weight is None or lin.packed is None:
+            return False  # nothing to choose: one path is gone
+        pairs.append((lin.weight, lin.packed, lin.bias))
+    if not pairs:
         return False
     if mode != "auto":
         return mode == "plain"
     first = pairs[0][0]
-    assert first is not None
     x = torch.zeros(1, first.shape[1], dtype=first.dtype, device=first.device)
 
     def plain() -> None:
         for weight, _, bias in pairs:
-            assert weight is not None
             F.linear(x, weight, bias)
 
     def onednn() -> None:
