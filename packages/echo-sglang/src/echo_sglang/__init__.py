@@ -9,7 +9,8 @@ is plain torch over echo-core/echo-scheduler and is tested on CPU against SGLang
 - :mod:`.selection`, :mod:`.step`: a policy driven over that pool, one step end to end;
 - :mod:`.padded` (phase 1), :mod:`.ragged` (phase 2), :mod:`.masks`: SGLang's verify layouts;
 - :mod:`.accept`: SGLang's verify outputs as echo-core accept results;
-- :mod:`.pool_capture`: the hook that hands EAGLE's pool to ECHO.
+- :mod:`.pool_capture`: the hook that hands EAGLE's pool to ECHO;
+- :mod:`.graph_pool`: the same pool read back after a replay of the draft-decode CUDA graph.
 
 Launch: ``sglang serve --model-path ... --speculative-algorithm ECHO
 --speculative-draft-model-path ... --speculative-num-steps 4 --speculative-eagle-topk 4

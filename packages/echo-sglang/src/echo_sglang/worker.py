@@ -7,9 +7,10 @@ against SGLang's Triton kernels. What differs from EAGLE, all in :class:`EchoDra
 - ``draft``: EAGLE drafts and builds its own verify input as usual; the pool it hands to
   ``organize_draft_results`` is captured, ECHO selects from it, and the verify tensors are
   overwritten in place (same ``T``, same buffers);
-- ``_capture_cuda_graphs``: the draft-decode CUDA graph is dropped after capture, because it bakes
-  EAGLE's top-(N - 1) choice in and never returns the scores (the target-verify graphs, with fixed
-  ``T``, are untouched). The captured graph's memory is wasted: a GPU to-do.
+- ``draft_forward`` / ``_capture_cuda_graphs``: the draft-decode CUDA graph is kept. During its
+  capture the pool handed to ``organize_draft_results`` is recorded per graph; after a replay the
+  same tensors hold that step's pool (:mod:`~echo_sglang.graph_pool`). The graph still computes
+  EAGLE's own top-(N - 1) tree, which ECHO then overwrites (a few small kernels per step).
 
 SGLang builds its draft worker inside ``EAGLEWorkerV2.__init__``; :class:`EchoWorker` adopts it
 by switching its class to :class:`EchoDraftWorker`, which adds methods and no constructor.
@@ -29,6 +30,7 @@ from sglang.srt.speculative.eagle_worker_v2 import EagleDraftWorker, EAGLEWorker
 
 from echo_sglang.args import current_args
 from echo_sglang.config import EagleShape, resolve
+from echo_sglang.graph_pool import DraftGraphPools, stream_capturing
 from echo_sglang.pool_capture import capture_draft_pool
 from echo_sglang.step import EchoStep, overwrite_verify_input
 
@@ -37,26 +39,56 @@ class EchoDraftWorker(EagleDraftWorker):  # type: ignore[misc]  # sglang ships n
     """EAGLE's draft worker whose verify tree ECHO selects (module docstring)."""
 
     echo_step: EchoStep
+    echo_graph_pools: DraftGraphPools
 
     def _capture_cuda_graphs(self) -> None:
+        pools = DraftGraphPools(rejection_sampling=get_spec().speculative_use_rejection_sampling)
+        self.echo_graph_pools = pools
         super()._capture_cuda_graphs()
-        self.cuda_graph_runner = None
+        runner = self.cuda_graph_runner
+        if runner is None:
+            return
+        if not pools:
+            raise RuntimeError(
+                "SGLang captured a draft-decode CUDA graph but ECHO recorded no draft pool in it "
+                "(organize_draft_results did not run: --speculative-eagle-topk must be >= 2)"
+            )
+        runner.execute = pools.watch(runner.execute, runner)
+
+    def draft_forward(self, forward_batch: Any) -> Any:
+        if not stream_capturing():
+            return super().draft_forward(forward_batch)
+        with capture_draft_pool() as captured:
+            out = super().draft_forward(forward_batch)
+        if captured.lists is not None:
+            info = forward_batch.sampling_info
+            self.echo_graph_pools.record(
+                captured.lists, all_greedy=info is not None and bool(info.is_all_greedy)
+            )
+        return out
 
     def draft(self, batch: Any, *, with_topology: bool = False) -> Any:
         if with_topology:
             raise NotImplementedError("ECHO does not support pipeline parallelism yet")
         if batch.forward_mode.is_idle():
             return super().draft(batch)
+        pools = getattr(self, "echo_graph_pools", None)
+        if pools is not None:
+            pools.take_replay()  # forget a replay no step consumed
         with capture_draft_pool() as captured:
             verify_input = super().draft(batch)
-        if captured.lists is None:
-            raise RuntimeError(
-                "ECHO saw no EAGLE draft pool this step (organize_draft_results did not run): "
-                "the draft-decode CUDA graph must be off and --speculative-eagle-topk >= 2"
-            )
         bs = batch.seq_lens.shape[0]
+        lists = captured.lists  # set when the draft ran eagerly
+        replay = None if pools is None else pools.take_replay()
+        if lists is None and pools is not None and replay is not None:
+            lists = pools.read(replay, bs)  # the draft graph replayed
+        if lists is None:
+            raise RuntimeError(
+                "ECHO saw no EAGLE draft pool this step (organize_draft_results did not run and "
+                "no draft-decode CUDA graph replayed): --speculative-eagle-topk must be >= 2"
+            )
         root = verify_input.draft_token.view(bs, -1)[:, 0]
-        _, layout = self.echo_step.plan(*captured.lists, root, batch.seq_lens)
+        _, layout = self.echo_step.plan(*lists, root, batch.seq_lens)
         overwrite_verify_input(verify_input, layout, self._echo_mask_mode())
         return verify_input
 
