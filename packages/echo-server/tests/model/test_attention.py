@@ -24,7 +24,7 @@ from echo_server.model.attention import (
     tree_row_mask,
 )
 from echo_server.model.kernels_attention import KernelsAttention
-from echo_server.model.torch_attention import TorchAttention
+from echo_server.model.torch_attention import DensePlan, GroupedPlan, TorchAttention, split_roots
 
 HEADS, KV_HEADS, DIM, SLOTS = 4, 2, 8, 64
 SCALE = DIM**-0.5
@@ -86,7 +86,12 @@ def run(
     return backend.attend(plan, q, k_new, v_new, kp, vp, SCALE)
 
 
-BACKENDS: list[AttentionBackend[Any]] = [TorchAttention(), KernelsAttention(backend="torch")]
+BACKENDS: list[AttentionBackend[Any]] = [
+    TorchAttention(),
+    TorchAttention(group_rows=False),
+    KernelsAttention(backend="torch"),
+]
+BACKEND_IDS = ["torch", "torch_dense", "echo_kernels"]
 CASES = {
     "decode_equal_context": ([5, 5, 5], [1, 1, 1]),
     "decode_ragged_context": ([3, 9, 0], [1, 1, 1]),
@@ -97,7 +102,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=["torch", "echo_kernels"])
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
 @pytest.mark.parametrize("case", list(CASES))
 def test_causal_rows_match_brute_force(backend: AttentionBackend[Any], case: str) -> None:
     cache_lens, rows = CASES[case]
@@ -107,7 +112,7 @@ def test_causal_rows_match_brute_force(backend: AttentionBackend[Any], case: str
     torch.testing.assert_close(got.double(), want, atol=rounding_atol(batch, want), rtol=0)
 
 
-@pytest.mark.parametrize("backend", BACKENDS, ids=["torch", "echo_kernels"])
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
 def test_tree_rows_match_brute_force(backend: AttentionBackend[Any]) -> None:
     tree = make_tree(
         [
@@ -118,6 +123,36 @@ def test_tree_rows_match_brute_force(backend: AttentionBackend[Any]) -> None:
     )
     rows = (verify_offsets(tree)[1:] - verify_offsets(tree)[:-1]).tolist()
     batch, q, kp, vp = random_batch([4, 6, 0], rows, tree_row_mask(tree), seed=3)
+    got = run(backend, batch, q, kp, vp)
+    want = brute_force(batch, q, kp, vp, SCALE)
+    torch.testing.assert_close(got.double(), want, atol=rounding_atol(batch, want), rtol=0)
+
+
+def test_roots_are_planned_apart_from_trees_when_that_halves_the_padding() -> None:
+    """Rows [1, 5, 0, 1, 1]: dense pads 5 x 5 = 25 query rows, split 3 + 5 = 8 < 12.5; the
+    empty request is in no group; each packed row in exactly one group, request-major."""
+    batch, *_ = random_batch([4, 7, 2, 0, 5], [1, 5, 0, 1, 1])
+    plan = TorchAttention().plan(batch)
+    assert isinstance(plan, GroupedPlan)
+    assert [(p.batch_size, p.max_rows) for p in plan.plans] == [(3, 1), (1, 5)]
+    assert [r.tolist() for r in plan.rows] == [[0, 6, 7], [1, 2, 3, 4, 5]]
+    assert plan.num_rows == 8
+    assert isinstance(TorchAttention(group_rows=False).plan(batch), DensePlan)
+    assert split_roots((1, 1, 3, 3)) is None  # 2 + 6 = 8 of 12: not under half
+    assert split_roots((1, 1, 1, 1, 1, 1, 3, 3)) is None  # 12 of 24
+    assert split_roots((1, 1, 1, 1, 1, 1, 1, 5)) == [[0, 1, 2, 3, 4, 5, 6], [7]]  # 12 of 40
+    assert split_roots((3, 3, 3)) is None  # one kind only
+    assert split_roots((1, 1)) is None
+    assert split_roots((4, 1, 0, 1, 2, 1)) == [[1, 3, 5], [0, 4]]  # 3 + 8 = 11 of 24
+    assert split_roots((4, 1, 0, 2)) is None  # 1 + 8 = 9 of 16
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=BACKEND_IDS)
+def test_roots_beside_a_tree_match_brute_force(backend: AttentionBackend[Any]) -> None:
+    tree = make_tree([[], [(5, -1, -0.1), (6, -1, -0.2), (7, 0, -0.3), (8, 2, -0.1)], [], []])
+    rows = (verify_offsets(tree)[1:] - verify_offsets(tree)[:-1]).tolist()
+    assert rows == [1, 5, 1, 1]
+    batch, q, kp, vp = random_batch([4, 6, 0, 9], rows, tree_row_mask(tree), seed=5)
     got = run(backend, batch, q, kp, vp)
     want = brute_force(batch, q, kp, vp, SCALE)
     torch.testing.assert_close(got.double(), want, atol=rounding_atol(batch, want), rtol=0)
