@@ -121,14 +121,39 @@ def test_echo_falls_back_to_plain_decoding_when_drafting_keeps_losing() -> None:
     learning = make_policy("echo", cfg)
     assert isinstance(learning, EchoPolicy)
     assert learning.ledger is not None
-    calls = _losing_run(learning, 12)
-    assert all(c > 0 for c in calls[:3])  # min_drafted steps are drafted
-    assert calls[3] == 0  # then plain decoding ...
-    assert 0 < sum(c > 0 for c in calls[3:]) < 9  # ... with probes
+    calls = _losing_run(learning, 16)
+    assert all(c > 1 for c in calls[:3])  # min_drafted steps are drafted in full
+    assert calls[3:6] == [1, 1, 1]  # then depth 1 only, until its own ledger has judged
+    assert calls[6] == 0  # then plain decoding ...
+    assert 0 < sum(c > 0 for c in calls[6:]) < 10  # ... with probes
+    assert learning.shallow_ledger is not None
+    assert learning.shallow_ledger.summary() != {}
     blind = make_policy("echo_noledger", cfg)
     assert isinstance(blind, EchoPolicy)
     assert blind.ledger is None
     assert all(c > 0 for c in _losing_run(blind, 12))
+
+
+def test_echo_drafts_depth_one_only_while_that_pays_and_full_drafting_does_not() -> None:
+    """Full drafting reported as losing, depth-1 steps as paying: ECHO stays on depth 1, and
+    its full-drafting probes come back on their doubling clock."""
+    policy = make_policy("echo", PolicyConfig(max_depth=4, max_width=3))
+    assert isinstance(policy, EchoPolicy)
+    work = SyntheticWorkload.llama().sample(8, 24, torch.Generator().manual_seed(7))
+    calls = []
+    for st in (w.with_max_nodes(torch.full((8,), 1000)) for w in work):
+        batch = StepBatch(8, 64, st.max_nodes, min_utility=0.05, depth_price=0.5, node_price=0.3)
+        run = drive_step(policy, SimSource(st), batch, strict=True)
+        verified = torch.bincount(run.pool.request_index()[run.keep], minlength=8)
+        shallow = run.depths == 1
+        accepted = verified.clamp(max=1) if shallow else torch.zeros(8, dtype=torch.int64)
+        policy.observe(StepOutcome(accepted, verified))
+        calls.append(run.depths)
+    assert all(c > 1 for c in calls[:3])
+    later = calls[3:]
+    assert 0 not in later  # never plain: depth 1 pays
+    assert later.count(1) > len(later) // 2  # mostly depth 1 ...
+    assert any(c > 1 for c in later)  # ... with probes of full drafting
 
 
 def test_an_unpriced_step_never_consults_the_ledger() -> None:

@@ -27,6 +27,9 @@ it decodes plainly and probes: it drafts again after ``period`` skipped steps, t
 doubling from ``probe_min`` to ``probe_max`` after every probe that leaves G < 0 and resetting
 once G >= 0. Probing costs at most ``1 / (probe_min + 1)`` of the steps and keeps the estimate
 current when the workload or the drafter changes.
+
+ECHO keeps two ledgers, one for full drafting and one for depth 1 only, and tries the second
+before it decodes plainly (echo_scheduler.policies.echo).
 """
 
 from __future__ import annotations

@@ -50,7 +50,12 @@ saturation ECHO falls back to plain decoding at no drafting cost. That pre-check
 (the best a depth-1 node could be worth), so a priced ECHO also keeps a
 :class:`~echo_scheduler.ledger.DraftLedger` of what its drafted steps actually returned net of
 every row, expansion and call at their prices, and decodes plainly (probing now and then) while
-that ledger says drafting loses at the current load.
+that ledger says drafting loses at the current load. Before plain decoding it tries the
+cheaper mode: depth 1 only (one drafter call, the roots' children, priced and cut as usual),
+judged by a ledger of its own; ECHO decodes plainly only while both say drafting loses (each
+probing on its own clock). Deterministic replay on the CPU profile, 80 composed steps per cell
+(docs/BENCHMARKS.md): +4.0% on mtbench at B = 1 and +1.7% on summarize at B = 4, where a
+one-token chain paid and full drafting did not; -0.7 / -0.8% at B = 16, the cost of trying it.
 With ``batch.row_price`` (and maps) the selection is finally cut to the rows worth their verify
 time at this step's size (:func:`echo_scheduler.cut.exact_cut`): the floor prices a row from
 recent steps, the cut from the rows actually selected.
@@ -105,7 +110,9 @@ class EchoPolicy(BasePolicy):
         self.gate = gate if gate is not None else GatePolicy.none()
         self.name = name
         self.reserve_base = reserve_base
-        self.ledger = DraftLedger() if learn_drafting else None
+        self.ledger = DraftLedger() if learn_drafting else None  # full drafting
+        self.shallow_ledger = DraftLedger() if learn_drafting else None  # depth 1 only
+        self._shallow = False  # this step drafts depth 1 only
         self.truncated_at = torch.zeros(0, dtype=torch.int64)  # [B], Dmax = never truncated
         self._live = 0  # this step's requests allowed to draft
         self._roots = self._expanded = 0  # roots expanded under the ledger; deeper nodes
@@ -140,9 +147,14 @@ class EchoPolicy(BasePolicy):
             if per_root <= 0 or live * per_root < self._depth_price():
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
         self._live = live
-        if width and priced and self.ledger is not None:
-            if not self.ledger.should_draft(live, self._depth_price()):
-                width = 0  # drafting lost lately at this load: plain decoding (probes aside)
+        self._shallow = False
+        if width and priced and self.ledger is not None and self.shallow_ledger is not None:
+            price = self._depth_price()
+            if not self.ledger.should_draft(live, price):
+                if self.shallow_ledger.should_draft(live, price):
+                    self._shallow = True  # full drafting lost lately: depth 1 only
+                else:
+                    width = 0  # drafting lost lately at this load: plain decoding (probes aside)
             self._roots = live if width else 0  # a drafted step the ledger will record
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
@@ -174,7 +186,9 @@ class EchoPolicy(BasePolicy):
             node_price=batch.node_price or 0.0,
             call_price=self._depth_price(),
         )
-        self.ledger.record(step)
+        ledger = self.shallow_ledger if self._shallow else self.ledger
+        if ledger is not None:
+            ledger.record(step)
 
     def _depth_price(self) -> float:
         """Tokens one more drafter call must promise: the engine's price, else the config's."""
@@ -197,7 +211,7 @@ class EchoPolicy(BasePolicy):
         d = self.depth
         self.truncated_at = apply_gate(self.gate, pool, d, self.truncated_at)
         active = self.truncated_at > d
-        if d >= self.config.max_depth or not bool(active.any()):
+        if self._shallow or d >= self.config.max_depth or not bool(active.any()):
             return DraftPlan.finished(pool.device)
         ix = PoolIndex.of(pool)
         key = self.key(pool, ix)
