@@ -45,7 +45,9 @@ def greedy_variant(rejection_sampling: bool, all_greedy: bool) -> bool:
     """Whether SGLang replays (or captured) the greedy-only graph variant.
 
     The same rule as SGLang 0.5.23's ``EAGLEDraftCudaGraphRunner._sampling_variant``: only under
-    ``--speculative-use-rejection-sampling``, for an all-greedy batch.
+    ``--speculative-use-rejection-sampling``, for an all-greedy batch. A copy, because the capture
+    side runs before the runner exists; ECHO refuses rejection sampling today (``spec_algo.py``),
+    so only the non-greedy key is ever used, and a contract test reads SGLang's rule.
     """
     return rejection_sampling and all_greedy
 

@@ -50,8 +50,10 @@ class EchoDraftWorker(EagleDraftWorker):  # type: ignore[misc]  # sglang ships n
             return
         if not pools:
             raise RuntimeError(
-                "SGLang captured a draft-decode CUDA graph but ECHO recorded no draft pool in it "
-                "(organize_draft_results did not run: --speculative-eagle-topk must be >= 2)"
+                "SGLang captured a draft-decode CUDA graph but ECHO recorded no draft pool in it: "
+                "organize_draft_results did not run inside a capture (--speculative-eagle-topk "
+                "must be >= 2), or the graph backend ran the draft eagerly while capturing (a "
+                "debug/eager CUDA-graph mode; turn the draft-decode graph off for it)"
             )
         runner.execute = pools.watch(runner.execute, runner)
 

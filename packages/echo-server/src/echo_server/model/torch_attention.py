@@ -28,8 +28,7 @@ request verifying 5 rows the split ran the forward's attention 1.20x faster than
 0.96x with the split and 0.90x with one group per row count, and [1, 1, 1, 1, 1, 1, 3, 3] 0.98x
 (each extra group costs its own K/V gather and SDPA per layer, and the gather of every request's
 context, not the padded query rows, dominates there), so the rule leaves those dense.
-``TorchAttention(group_rows=False)`` is dense
-always.
+``TorchAttention(group_rows=False)`` is dense always.
 """
 
 from __future__ import annotations
@@ -57,7 +56,8 @@ class DensePlan:
 
 @dataclass(frozen=True, slots=True)
 class GroupedPlan:
-    """One :class:`DensePlan` per group of requests with equal new-row counts (module docstring).
+    """One :class:`DensePlan` per group of requests (:func:`split_roots`: the one-row requests,
+    then the others padded to their widest), module docstring.
 
     ``rows[g]``: [R_g] int64, the packed rows of group g in its plan's order (request-major).
     """
