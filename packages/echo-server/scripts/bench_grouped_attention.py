@@ -24,7 +24,6 @@ from echo_server.bench.intervals import cpu_name, rotated, round_ratio
 from echo_server.cli import build_parser
 from echo_server.cli.options import load
 from echo_server.model.attention import AttentionBatch, make_batch
-from echo_server.model.config import ModelConfig
 from echo_server.model.torch_attention import TorchAttention
 
 PATTERNS = {
@@ -37,7 +36,7 @@ PATTERNS = {
 ARMS = {"dense": TorchAttention(group_rows=False), "grouped": TorchAttention()}
 
 
-def _batch(cfg: ModelConfig, rows: list[int], gen: torch.Generator) -> tuple[AttentionBatch, ...]:
+def _batch(rows: list[int], gen: torch.Generator) -> AttentionBatch:
     contexts = torch.randint(150, 450, (len(rows),), generator=gen).tolist()
     width = max(c + r for c, r in zip(contexts, rows, strict=True))
     slots = sum(contexts) + sum(rows) + 1
@@ -53,8 +52,7 @@ def _batch(cfg: ModelConfig, rows: list[int], gen: torch.Generator) -> tuple[Att
     for r in rows:  # a chain: row j sees rows 0..j (a tree mask costs the same)
         mask[at : at + r, :r] = torch.tril(torch.ones(r, r, dtype=torch.bool))
         at += r
-    batch = make_batch(table, list(range(len(rows))), contexts, rows, write, mask)
-    return (batch,)
+    return make_batch(table, list(range(len(rows))), contexts, rows, write, mask)
 
 
 def _forward(arm: TorchAttention, batch: AttentionBatch, tensors: dict[str, torch.Tensor],
@@ -83,7 +81,7 @@ def main() -> None:
     print("|---|---:|---:|---|")
     gen = torch.Generator().manual_seed(0)
     for name, rows in PATTERNS.items():
-        (batch,) = _batch(cfg, rows, gen)
+        batch = _batch(rows, gen)
         n, slots = sum(rows), int(batch.slot_table.max()) + 1
         tensors = {
             "q": torch.randn(n, cfg.num_heads, cfg.head_dim, generator=gen),

@@ -25,10 +25,10 @@ from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
 from echo_sglang.step import EchoStep
 
 from .conftest import SGLang
+from .source_ast import WORKER, function_def
 from .synthetic_pool import eagle_draft, following_targets, padded_targets
 
 STEPS, TOPK, N, B = 3, 3, 8, 4
-WORKER = Path(__file__).resolve().parents[1] / "src" / "echo_sglang" / "worker.py"
 
 
 def _step(tmp_path: Path) -> EchoStep:
@@ -105,19 +105,12 @@ def _args(fn: ast.FunctionDef) -> list[str]:
     return [a.arg for a in fn.args.args] + [a.arg for a in fn.args.kwonlyargs]
 
 
-def _method(path: Path, name: str) -> ast.FunctionDef:
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    raise AssertionError(f"{path} defines no {name}")
-
-
 def test_worker_hook_matches_sglang_signature_and_call(sglang_site: Path) -> None:
     """EchoWorker imports SGLang's CUDA worker, so the contract is checked on the source:
     the override has BaseSpecWorker's parameters, and SGLang's result processor calls it."""
     base = sglang_site / "sglang" / "srt" / "speculative" / "base_spec_worker.py"
-    theirs = _method(base, "on_verify_complete_cpu")
-    ours = _method(WORKER, "on_verify_complete_cpu")
+    theirs = function_def(base, "on_verify_complete_cpu")
+    ours = function_def(WORKER, "on_verify_complete_cpu")
     assert _args(ours) == _args(theirs) == ["self", "num_correct_drafts_per_req", "batch_size"]
     processor = (
         sglang_site / "sglang" / "srt" / "managers" / "scheduler_components"

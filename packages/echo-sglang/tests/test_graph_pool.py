@@ -24,10 +24,10 @@ from echo_sglang.graph_pool import DraftGraphPools, Replay, greedy_variant
 from echo_sglang.pool_capture import capture_draft_pool, organize_hook
 from echo_sglang.step import EchoStep
 
+from .source_ast import WORKER, function_def
 from .synthetic_pool import EagleLists, eagle_draft
 
 STEPS, TOPK, N = 3, 3, 8
-WORKER = Path(__file__).resolve().parents[1] / "src" / "echo_sglang" / "worker.py"
 
 
 def _captured(lists: EagleLists) -> EagleLists:
@@ -135,13 +135,6 @@ def test_watch_notes_each_replay_once() -> None:
     assert pools.take_replay() == Replay(8, 5, False)
 
 
-def _function(path: Path, name: str) -> ast.FunctionDef:
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            return node
-    raise AssertionError(f"{path} defines no {name}")
-
-
 def _calls(fn: ast.FunctionDef) -> set[str]:
     return {ast.unparse(n.func) for n in ast.walk(fn) if isinstance(n, ast.Call)}
 
@@ -157,15 +150,15 @@ def test_the_worker_matches_sglangs_draft_graph_runner(sglang_site: Path) -> Non
     spec = sglang_site / "sglang" / "srt" / "speculative"
     runner = spec / "eagle_draft_cuda_graph_runner.py"
     # The capture runs the draft worker's draft_forward (ECHO's override records the pool) ...
-    assert "self.eagle_worker.draft_forward" in _calls(_function(runner, "capture_one_shape"))
+    assert "self.eagle_worker.draft_forward" in _calls(function_def(runner, "capture_one_shape"))
     # ... execute sets the padded and the real batch size before it returns ...
-    assert {"self.raw_bs", "self.bs"} <= _assigned(_function(runner, "execute"))
+    assert {"self.raw_bs", "self.bs"} <= _assigned(function_def(runner, "execute"))
     # ... and the greedy variant is keyed on exactly the two flags greedy_variant takes.
-    variant = ast.unparse(_function(runner, "_sampling_variant"))
+    variant = ast.unparse(function_def(runner, "_sampling_variant"))
     assert "speculative_use_rejection_sampling" in variant
     assert "is_all_greedy" in variant
     # EAGLE's draft replays through the runner's execute, or calls draft_forward eagerly.
-    draft = _calls(_function(spec / "eagle_worker_v2.py", "draft"))
+    draft = _calls(function_def(spec / "eagle_worker_v2.py", "draft"))
     assert {"self.cuda_graph_runner.execute", "self.draft_forward"} <= draft
     # And the worker overrides the three methods the plugin's path goes through.
     worker = ast.parse(WORKER.read_text(encoding="utf-8"))

@@ -33,6 +33,7 @@ context, not the padded query rows, dominates there), so the rule leaves those d
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -119,20 +120,15 @@ def split_roots(rows: tuple[int, ...]) -> list[list[int]] | None:
 def _grouped_plan(batch: AttentionBatch, groups: list[list[int]]) -> GroupedPlan:
     """Plan each group of requests (indices into ``batch``) densely on its own."""
     dev = batch.cu_rows.device
-    starts, total = [], 0
-    for r in batch.rows_host:
-        starts.append(total)
-        total += r
+    starts = [0, *itertools.accumulate(batch.rows_host)]  # host copy of cu_rows
     rows_out, plans = [], []
     for members in groups:
         counts = [batch.rows_host[b] for b in members]
-        width = max(counts)
-        packed = [starts[b] + j for b in members for j in range(batch.rows_host[b])]
+        packed = [j for b in members for j in range(starts[b], starts[b + 1])]
         rows = torch.tensor(packed, dtype=torch.int64, device=dev)
         index = torch.tensor(members, dtype=torch.int64, device=dev)
-        cu = torch.zeros(len(members) + 1, dtype=torch.int64, device=dev)
-        cu[1:] = torch.cumsum(torch.tensor(counts, dtype=torch.int64, device=dev), 0)
-        new_mask = None if batch.new_mask is None else batch.new_mask[rows, :width]
+        cu = torch.tensor([0, *itertools.accumulate(counts)], dtype=torch.int64, device=dev)
+        new_mask = None if batch.new_mask is None else batch.new_mask[rows, : max(counts)]
         sub = AttentionBatch(
             cu_rows=cu,
             cache_len=batch.cache_len.index_select(0, index),
@@ -145,7 +141,7 @@ def _grouped_plan(batch: AttentionBatch, groups: list[list[int]]) -> GroupedPlan
         )
         rows_out.append(rows)
         plans.append(_dense_plan(sub))
-    return GroupedPlan(tuple(rows_out), tuple(plans), total)
+    return GroupedPlan(tuple(rows_out), tuple(plans), starts[-1])
 
 
 def _dense_plan(batch: AttentionBatch) -> DensePlan:
