@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import DraftPlan
 from echo_scheduler.outcome import accepted_lengths, accepted_mask, oracle_accepted
 from echo_scheduler.policies import POLICY_NAMES, make_policy
+from echo_scheduler.rows import split_rows
 from echo_scheduler.simulator import DraftCostModel, drive, run_step, summarize
 from echo_scheduler.trace import load_trace, record, save_trace
 from echo_scheduler.workloads import SyntheticWorkload
@@ -67,6 +71,30 @@ def test_trace_round_trips_through_json(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text('{"format": "other"}')
     with pytest.raises(TraceError, match="echo-trace"):
         load_trace(tmp_path / "bad.json")
+
+
+def test_a_trace_keeps_which_request_and_step_each_row_is(tmp_path: Path) -> None:
+    step = load_trace(TRACE)[0]
+    b = step.batch_size
+    named = replace(step, requests=tuple(f"r{i}" for i in range(b)), request_steps=(3,) * b)
+    save_trace([named, step], tmp_path / "t.json.gz")
+    again = load_trace(tmp_path / "t.json.gz")
+    assert again[0].requests == named.requests
+    assert again[0].request_steps == (3,) * b
+    assert again[1].requests is None
+    assert again[1].request_steps is None
+    rows = split_rows(again[0])
+    assert [(r.request, r.request_step) for r in rows] == [
+        (f"r{i}", 3) for i in range(b) if int(step.pool.cu_nodes[i + 1] - step.pool.cu_nodes[i])
+    ]
+    good = json.loads(gzip.decompress((tmp_path / "t.json.gz").read_bytes()))["steps"][0]
+    without_steps = {k: v for k, v in good.items() if k != "request_steps"}
+    step_zero = {**good, "request_steps": [0] * b}
+    too_few = {**good, "requests": good["requests"][:-1]}
+    for bad in (without_steps, step_zero, too_few):
+        (tmp_path / "bad.json").write_text(json.dumps({"format": "echo-trace/1", "steps": [bad]}))
+        with pytest.raises(TraceError, match="request"):
+            load_trace(tmp_path / "bad.json")
 
 
 def test_a_node_is_accepted_iff_its_path_matches_the_target() -> None:

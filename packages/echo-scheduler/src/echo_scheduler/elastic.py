@@ -184,13 +184,15 @@ class ElasticFloor:
         )
 
 
-def step_batch(floor: ElasticFloor | None, budget: int, max_nodes: Tensor) -> StepBatch:
+def step_batch(
+    floor: ElasticFloor | None, budget: int, max_nodes: Tensor, requests: Tensor | None = None
+) -> StepBatch:
     """The :class:`StepBatch` of a step over ``len(max_nodes)`` requests with budget K, under the
     floor's current ``min_utility``, ``depth_price`` and row price (run rate R, the scaled verify
-    profile) for the exact cut (none without a floor)."""
+    profile) for the exact cut (none without a floor); ``requests``: their serials, if known."""
     b = int(max_nodes.numel())
     if floor is None:
-        return StepBatch(b, budget, max_nodes)
+        return StepBatch(b, budget, max_nodes, requests=requests)
     f = floor.floor(b)
     price = RowPrice(f.throughput, floor.cost, floor.verify_scale) if f.throughput > 0 else None
     return StepBatch(
@@ -201,4 +203,5 @@ def step_batch(floor: ElasticFloor | None, budget: int, max_nodes: Tensor) -> St
         depth_price=f.depth_price,
         row_price=price,
         node_price=f.node_price,
+        requests=requests,
     )

@@ -74,6 +74,7 @@ class StepBatch:
     depth_price: float | None = None  # tokens one more drafter call must promise (None: config)
     row_price: RowPrice | None = None  # the exact cut of the selection (None: no cut)
     node_price: float | None = None  # tokens one more expanded node must promise (None: free)
+    requests: Tensor | None = None  # [B] int64 request serials (host), stable across steps
 
     def __post_init__(self) -> None:
         if self.batch_size < 0:
@@ -93,6 +94,11 @@ class StepBatch:
             )
         if bool((m < 0).any()):
             raise PolicyError(f"max_nodes must be >= 0, got {m.tolist()}")
+        r = self.requests
+        if r is not None and (r.dtype != torch.int64 or r.shape != (self.batch_size,)):
+            raise PolicyError(
+                f"requests must be [{self.batch_size}] int64, got {tuple(r.shape)} {r.dtype}"
+            )
 
     @staticmethod
     def uniform(batch_size: int, budget: int, max_nodes: int = 1 << 30) -> StepBatch:

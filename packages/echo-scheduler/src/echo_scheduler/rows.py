@@ -9,12 +9,19 @@ those requests at that point of their generation.
 
 Continuations are padded with :data:`NO_TOKEN` past the end of an output (it matches no drafted
 token). Files are echo-trace/1 (:mod:`echo_scheduler.trace`), one per workload.
+
+When the recording kept request identity (``request``, ``request_step``), batches can instead
+be composed from *streams* (:func:`compose_streams`): slot s of the batch replays one request's
+rows in its own order, starting at a seeded offset and moving on to the next request of a
+seeded cycle when that one ends, so a policy that learns per request (echo_scheduler.history)
+sees each slot's requests as the engine would. Slot s's visits are named ``"s/v"`` (visit v),
+so two slots replaying the same recorded request are two requests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -34,6 +41,8 @@ class TraceRow:
     nodes: tuple[tuple[int, int, float], ...]  # (token, request-local parent, draft log-prob)
     target: tuple[int, ...]  # the continuation after the root
     max_nodes: int
+    request: str | None = None  # the request it belongs to, when the recording kept it
+    request_step: int | None = None  # that request's decode step (1 = its first)
 
 
 def load_rows(paths: Sequence[str | Path]) -> list[TraceRow]:
@@ -54,7 +63,9 @@ def split_rows(step: RecordedStep) -> list[TraceRow]:
             continue
         nodes = tuple(zip(tokens[lo:hi], parents[lo:hi], logprobs[lo:hi], strict=True))
         target = tuple(t for t in step.target[b].tolist() if t != NO_TOKEN)
-        rows.append(TraceRow(nodes, target, int(step.max_nodes[b])))
+        request = None if step.requests is None else step.requests[b]
+        number = None if step.request_steps is None else step.request_steps[b]
+        rows.append(TraceRow(nodes, target, int(step.max_nodes[b]), request, number))
     return rows
 
 
@@ -64,6 +75,52 @@ def compose(rows: Sequence[TraceRow], batch_size: int, generator: torch.Generato
         raise TraceError("no trace rows to compose a step from")
     pick = torch.randint(0, len(rows), (batch_size,), generator=generator).tolist()
     return stack([rows[i] for i in pick])
+
+
+def has_requests(rows: Sequence[TraceRow]) -> bool:
+    """Every row knows its request and step (streams can be composed)."""
+    return bool(rows) and all(r.request is not None and r.request_step is not None for r in rows)
+
+
+def streams(rows: Sequence[TraceRow]) -> list[list[TraceRow]]:
+    """Rows grouped by request (in order of first appearance), each in its request's step
+    order."""
+    if not has_requests(rows):
+        raise TraceError("streams need rows that know their request (re-record the trace)")
+    by: dict[str, list[TraceRow]] = {}
+    for r in rows:
+        by.setdefault(str(r.request), []).append(r)
+    return [sorted(v, key=lambda r: int(r.request_step or 0)) for v in by.values()]
+
+
+def compose_streams(
+    rows: Sequence[TraceRow], batch_size: int, steps: int, generator: torch.Generator
+) -> list[RecordedStep]:
+    """``steps`` steps of ``batch_size`` slots, each replaying requests in order (module
+    docstring): slot s starts at request ``cycle[s mod n]`` (a seeded permutation of the n
+    requests) at a uniform offset into it, and takes the next request of the cycle after the
+    last row of the current one."""
+    if batch_size < 1 or steps < 1:
+        raise TraceError(f"batch size and steps must be >= 1, got {batch_size}, {steps}")
+    lanes = streams(rows)
+    n = len(lanes)
+    cycle = torch.randperm(n, generator=generator).tolist()
+    at = [s % n for s in range(batch_size)]  # position in the cycle
+    pos = [int(torch.randint(0, len(lanes[cycle[a]]), (1,), generator=generator)) for a in at]
+    visit = [0] * batch_size
+    out = []
+    for _ in range(steps):
+        picked, names, numbers = [], [], []
+        for s in range(batch_size):
+            if pos[s] >= len(lanes[cycle[at[s]]]):
+                at[s], pos[s], visit[s] = (at[s] + 1) % n, 0, visit[s] + 1
+            row = lanes[cycle[at[s]]][pos[s]]
+            picked.append(row)
+            names.append(f"{s}/{visit[s]}")
+            numbers.append(pos[s] + 1)
+            pos[s] += 1
+        out.append(replace(stack(picked), requests=tuple(names), request_steps=tuple(numbers)))
+    return out
 
 
 def stack(rows: Sequence[TraceRow]) -> RecordedStep:

@@ -9,7 +9,10 @@ expansions beyond the recording return what was recorded (fewer children, or non
 
 File format (JSON, ``"format": "echo-trace/1"``): ``steps`` is a list of objects with
 ``cu_nodes``, ``token``, ``parent`` (request-local), ``draft_logprob``, ``target`` (list of B
-lists) and ``max_nodes``; depths and path log-probs are derived on load.
+lists) and ``max_nodes``, and optionally ``requests`` (B request ids: which request each row
+belongs to) with ``request_steps`` (B ints: that request's decode step, 1 for its first; a
+file's steps are in settling order, which need not be each request's order); files written
+before these existed have neither. Depths and path log-probs are derived on load.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class RecordedStep:
     pool: TreeBatch  # everything drafted, BFS order per request
     target: Tensor  # [B, D] int64
     max_nodes: Tensor  # [B] int64
+    requests: tuple[str, ...] | None = None  # [B] request ids, when the recording kept them
+    request_steps: tuple[int, ...] | None = None  # [B] each request's decode step (1 = first)
     _index: _RecordIndex | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -148,6 +153,7 @@ def save_trace(steps: Sequence[RecordedStep], path: str | Path) -> None:
                 "draft_logprob": [round(x, 6) for x in s.pool.draft_logprob.tolist()],
                 "target": s.target.tolist(),
                 "max_nodes": s.max_nodes.tolist(),
+                **_origin(s),
             }
             for s in steps
         ],
@@ -155,6 +161,12 @@ def save_trace(steps: Sequence[RecordedStep], path: str | Path) -> None:
     text = json.dumps(data, separators=(",", ":")).encode("utf-8")
     p = Path(path)
     p.write_bytes(gzip.compress(text, mtime=0) if p.suffix == ".gz" else text)
+
+
+def _origin(s: RecordedStep) -> dict[str, list[Any]]:
+    if s.requests is None or s.request_steps is None:
+        return {}
+    return {"requests": list(s.requests), "request_steps": list(s.request_steps)}
 
 
 def load_trace(path: str | Path) -> list[RecordedStep]:
@@ -190,4 +202,24 @@ def _step(s: dict[str, Any], i: int) -> RecordedStep:
         raise TraceError(f"trace step {i}: {exc}") from exc
     if caps.shape != (pool.batch_size,):
         raise TraceError(f"trace step {i}: max_nodes needs {pool.batch_size} entries")
-    return RecordedStep(pool=pool, target=target, max_nodes=caps)
+    requests, numbers = s.get("requests"), s.get("request_steps")
+    if requests is None and numbers is None:
+        return RecordedStep(pool=pool, target=target, max_nodes=caps)
+    b = pool.batch_size
+    if not (
+        isinstance(requests, list)
+        and isinstance(numbers, list)
+        and len(requests) == len(numbers) == b
+        and all(isinstance(r, str) for r in requests)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in numbers)
+    ):
+        raise TraceError(
+            f"trace step {i}: requests and request_steps must be {b} strings and {b} ints >= 1"
+        )
+    return RecordedStep(
+        pool=pool,
+        target=target,
+        max_nodes=caps,
+        requests=tuple(requests),
+        request_steps=tuple(numbers),
+    )

@@ -105,6 +105,13 @@ def test_elastic_echo_with_the_shipped_head_equals_plain_decoding(
     _check_lossless(smollm, plain_outputs, "echo", max_batch, eagle=True, with_ngram=with_ngram)
 
 
+@pytest.mark.slow
+def test_echo_with_request_history_and_the_shipped_head_equals_plain_decoding(
+    smollm: LoadedModel, plain_outputs: dict[str, list[int]]
+) -> None:
+    _check_lossless(smollm, plain_outputs, "echo_history", 4, eagle=True)
+
+
 def _check_lossless(
     smollm: LoadedModel,
     plain_outputs: dict[str, list[int]],

@@ -4,7 +4,9 @@ Names: ``plain``, ``chain``, ``static``, ``eagle2``, ``global_topk``, ``echo`` (
 gate), ``echo_dense`` and ``echo_fixed`` (ablations: a gate at every depth / one threshold), and
 ``echo_reserve`` (ECHO reserving every request's base tree first: the literal reading of
 Algorithm 1, kept as an ablation) and ``echo_noledger`` (ECHO without the realised-value check
-of echo_scheduler.ledger: it drafts whenever the optimistic pre-check lets it).
+of echo_scheduler.ledger: it drafts whenever the optimistic pre-check lets it) and
+``echo_history`` (ECHO rescaling each request's keys by its realised acceptance,
+echo_scheduler.history; it needs the engine's request serials in ``StepBatch.requests``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from echo_gating.policy import GateMode, GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.errors import PolicyError
+from echo_scheduler.history import RequestHistory
 from echo_scheduler.interface import BasePolicy
 from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.policies.global_topk import GlobalTopKPolicy
@@ -29,6 +32,7 @@ POLICY_NAMES = (
     "echo_fixed",
     "echo_reserve",
     "echo_noledger",
+    "echo_history",
 )
 
 _ECHO_MODES = {
@@ -37,6 +41,7 @@ _ECHO_MODES = {
     "echo_fixed": GateMode.FIXED,
     "echo_reserve": None,
     "echo_noledger": None,
+    "echo_history": None,
 }
 
 
@@ -70,6 +75,7 @@ def make_policy(
             name=name,
             reserve_base=name == "echo_reserve",
             learn_drafting=name != "echo_noledger",
+            history=RequestHistory() if name == "echo_history" else None,
         )
     raise PolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
 

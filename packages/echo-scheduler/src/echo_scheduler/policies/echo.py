@@ -59,6 +59,12 @@ one-token chain paid and full drafting did not; -0.7 / -0.8% at B = 16, the cost
 With ``batch.row_price`` (and maps) the selection is finally cut to the rows worth their verify
 time at this step's size (:func:`echo_scheduler.cut.exact_cut`): the floor prices a row from
 recent steps, the cut from the rows actually selected.
+
+Request history (``echo_history``, optional). With a :class:`~echo_scheduler.history.
+RequestHistory` and the engine's request serials (``batch.requests``), every key of request r is
+rescaled to ``min(1, f_r u'_i)``, f_r its realised over predicted acceptance of recent steps
+(echo_scheduler.history); bounds and estimates of children are rescaled alike. Without serials
+the policy is plain ECHO.
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cut import exact_cut
 from echo_scheduler.gating import apply_gate
+from echo_scheduler.history import RequestHistory
 from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch, StepOutcome
 from echo_scheduler.ledger import DraftedStep, DraftLedger
 from echo_scheduler.policies.frontier import expand_all
@@ -102,9 +109,11 @@ class EchoPolicy(BasePolicy):
         name: str = "echo",
         reserve_base: bool = False,
         learn_drafting: bool = True,
+        history: RequestHistory | None = None,
     ) -> None:
         """``learn_drafting``: keep a :class:`DraftLedger` of priced steps (module docstring);
-        False is ECHO without it (an ablation)."""
+        False is ECHO without it (an ablation). ``history``: rescale each request's keys by its
+        realised acceptance (module docstring)."""
         super().__init__()
         self.config = config
         self.gate = gate if gate is not None else GatePolicy.none()
@@ -116,6 +125,10 @@ class EchoPolicy(BasePolicy):
         self.truncated_at = torch.zeros(0, dtype=torch.int64)  # [B], Dmax = never truncated
         self._live = 0  # this step's requests allowed to draft
         self._roots = self._expanded = 0  # roots expanded under the ledger; deeper nodes
+        self.history = history
+        self._factor: Tensor | None = None  # [B] this step's f_r (None: no history)
+        self._predicted: Tensor | None = None  # [B] sum of the selected nodes' unscaled keys
+        self._factor_max = 1.0  # the largest f_r this step (the pre-check's optimism)
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -128,6 +141,12 @@ class EchoPolicy(BasePolicy):
     def _start(self, batch: StepBatch) -> None:
         self.truncated_at = torch.where(batch.max_nodes > 0, self.config.max_depth, 0)
         self._roots = self._expanded = 0
+        self._factor = self._predicted = None
+        self._factor_max = 1.0
+        if self.history is not None and batch.requests is not None:
+            f = self.history.factors(batch.requests)  # host
+            self._factor_max = float(f.max()) if f.numel() else 1.0
+            self._factor = f.to(batch.max_nodes.device)
 
     @staticmethod
     def _priced(batch: StepBatch) -> bool:
@@ -142,6 +161,7 @@ class EchoPolicy(BasePolicy):
         if maps is not None and priced:
             one = torch.ones(1, dtype=torch.int64, device=batch.max_nodes.device)
             best = float(maps.expected_accept(one, torch.zeros(1, device=one.device))[0])
+            best = min(1.0, best * self._factor_max)
             # siblings exclude each other: a root's children bring at most one token together
             per_root = best - batch.min_utility - (batch.node_price or 0.0)
             if per_root <= 0 or live * per_root < self._depth_price():
@@ -170,8 +190,18 @@ class EchoPolicy(BasePolicy):
         return price.rate * (total - plain)
 
     def observe(self, outcome: StepOutcome) -> None:
-        """Fold a priced, drafted step's realised value into the ledger."""
+        """Fold a priced, drafted step's realised value into the ledger, and each request's
+        accepted length and predicted acceptance into the history."""
         batch = self._batch
+        if self.history is not None and batch is not None and batch.requests is not None:
+            predicted = self._predicted
+            if predicted is not None:
+                seen = (outcome.verified > 0).cpu()
+                self.history.update(
+                    batch.requests[seen],
+                    outcome.accepted_lengths.cpu()[seen],
+                    predicted.cpu()[seen],
+                )
         if self.ledger is None or batch is None or not self._roots:
             return
         verified = int(outcome.verified.sum())
@@ -201,11 +231,23 @@ class EchoPolicy(BasePolicy):
         return self.truncated_at < self.config.max_depth
 
     def key(self, pool: TreeBatch, index: PoolIndex | None = None) -> Tensor:
-        """Ranking key ``u'`` of every node (module docstring): [N] float32."""
+        """Ranking key of every node (module docstring), rescaled by the request's history
+        factor when there is one: [N] float32."""
+        return self._rescale(pool, self._base_key(pool, index))
+
+    def _base_key(self, pool: TreeBatch, index: PoolIndex | None = None) -> Tensor:
+        """``u'`` of the module docstring (no history factor): [N] float32."""
         maps = self.gate.acceptance_maps
         if maps is None:
             return path_score(pool)  # already non-increasing along paths
         return monotone_key(pool, maps.expected_accept(pool.depth, pool.path_logprob), index)
+
+    def _rescale(self, pool: TreeBatch, value: Tensor) -> Tensor:
+        """``min(1, f_r value_i)`` per node of request r; ``value`` unchanged without history."""
+        f = self._factor
+        if f is None:
+            return value
+        return (value * f[pool.request_index()]).clamp(max=1.0)
 
     def _next_plan(self, pool: TreeBatch) -> DraftPlan:
         d = self.depth
@@ -265,11 +307,11 @@ class EchoPolicy(BasePolicy):
         guess_logp = pool.path_logprob + top[ix.req].clamp(max=0.0)
         maps = self.gate.acceptance_maps
         if maps is None:
-            return key, torch.minimum(key, guess_logp.exp())
+            return key, torch.minimum(key, self._rescale(pool, guess_logp.exp()))
         child = pool.depth + 1
-        bound = torch.minimum(key, maps.expected_accept(child, pool.path_logprob))
-        guess = torch.minimum(key, maps.expected_accept(child, guess_logp.clamp(min=-1e4)))
-        return bound, guess
+        bound = self._rescale(pool, maps.expected_accept(child, pool.path_logprob))
+        guess = self._rescale(pool, maps.expected_accept(child, guess_logp.clamp(min=-1e4)))
+        return torch.minimum(key, bound), torch.minimum(key, guess)
 
     def _order(self, pool: TreeBatch, ix: PoolIndex, kpos: Tensor, key: Tensor) -> _Order:
         """Tiers and the selection priority of the module docstring (two sorts in all)."""
@@ -293,13 +335,18 @@ class EchoPolicy(BasePolicy):
 
     def select(self, pool: TreeBatch) -> Tensor:
         ix = PoolIndex.of(pool)
-        key = self.key(pool, ix)
+        base = self._base_key(pool, ix)
+        key = self._rescale(pool, base)
         order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         caps = self.batch.max_nodes
         keep = budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
         price = self.batch.row_price
         if price is not None and self.gate.acceptance_maps is not None:
             keep = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
+        if self._factor is not None:  # what the unscaled keys predicted for the verified nodes
+            weights = torch.where(keep, base, 0.0).to(torch.float64)
+            self._predicted = torch.zeros(pool.batch_size, dtype=torch.float64, device=pool.device)
+            self._predicted.index_add_(0, ix.req, weights)
         return keep
 
     def tiers(self, pool: TreeBatch) -> Tensor:

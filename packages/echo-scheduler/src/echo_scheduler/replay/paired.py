@@ -8,6 +8,12 @@ is what pairs them) and evaluates
 
 over the drawn steps; the 95% interval is the 2.5th-97.5th percentile of ``resamples`` draws
 (seeded, so a replay is reproducible to the bit).
+
+Steps are not independent: a policy carries state from step to step (its draft ledger, its
+per-request history), and request streams (echo_scheduler.rows) put the same requests in
+consecutive steps. So the draws are *circular blocks* of ``L`` consecutive steps (a moving-block
+bootstrap), ``L = block_length(S) = max(1, round(S ** (1/3)))`` (the usual S^(1/3) rate): 3 for
+S = 20, 4 for S = 80.
 """
 
 from __future__ import annotations
@@ -26,10 +32,20 @@ class Paired:
     ratio_ci95: tuple[float, float]
 
 
-def resample_index(steps: int, resamples: int, seed: int) -> Tensor:
-    """[resamples, steps] int64 step indices, drawn with replacement."""
+def block_length(steps: int) -> int:
+    """``L = max(1, round(S ** (1/3)))``."""
+    return max(1, int(round(float(max(steps, 1)) ** (1.0 / 3.0))))
+
+
+def resample_index(steps: int, resamples: int, seed: int, block: int | None = None) -> Tensor:
+    """[resamples, steps] int64 step indices: circular blocks of ``block`` consecutive steps
+    (default :func:`block_length`) at uniform starts, with replacement, cut to ``steps``."""
+    s = max(steps, 1)
+    length = block_length(s) if block is None else max(1, min(block, s))
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, max(steps, 1), (resamples, steps), generator=g)
+    starts = torch.randint(0, s, (resamples, -(-s // length)), generator=g)
+    index = (starts.unsqueeze(-1) + torch.arange(length)).remainder(s)
+    return index.reshape(resamples, -1)[:, :s]
 
 
 def paired(

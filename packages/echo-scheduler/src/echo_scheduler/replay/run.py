@@ -1,8 +1,11 @@
 """Deterministic replay: every arm on the same recorded steps, priced by every cost model.
 
-Per trace (one workload's rows, :mod:`echo_scheduler.rows`), a seeded share of the rows is the
-warm-up: the gates of :mod:`echo_scheduler.replay.gates` are calibrated on it. From the rest,
-for each batch size B, ``steps`` batches of B rows are composed (seeded, with replacement) and
+Per trace (one workload's rows, :mod:`echo_scheduler.rows`), a seeded share of the rows (of
+the requests, when the rows know theirs) is the warm-up: the gates of
+:mod:`echo_scheduler.replay.gates` are calibrated on it. From the rest, for each batch size B,
+``steps`` batches of B rows are composed (seeded; as request streams when the rows know their
+requests, so per-request learning sees each slot's requests in order, else drawn with
+replacement) and
 every arm (:mod:`echo_scheduler.replay.arms`) is driven through them with the engine's exact
 call sequence (:func:`~echo_scheduler.driver.drive_step`, greedy acceptance against the
 recorded continuation, ``observe`` after each step). Arms without the cost floor behave the
@@ -40,7 +43,14 @@ from echo_scheduler.replay.gates import calibrate_variants, warmup_records
 from echo_scheduler.replay.hindsight import OracleRun, oracle_run
 from echo_scheduler.replay.paired import paired, resample_index
 from echo_scheduler.replay.utility import GateChoice, candidate_gates, choose_gate
-from echo_scheduler.rows import TraceRow, compose, stack
+from echo_scheduler.rows import (
+    TraceRow,
+    compose,
+    compose_streams,
+    has_requests,
+    stack,
+    streams,
+)
 from echo_scheduler.simulator import SimSource
 from echo_scheduler.trace import RecordedStep
 
@@ -102,10 +112,25 @@ class ArmSteps:
 def split_warmup(
     rows: Sequence[TraceRow], share: float, seed: int
 ) -> tuple[list[TraceRow], list[TraceRow]]:
-    """(warm-up rows, evaluation rows): a seeded random ``share`` of the rows and the rest."""
+    """(warm-up rows, evaluation rows): a seeded random ``share`` of the rows and the rest; when
+    the rows know their requests, the rows of a seeded ``share`` of the requests and the rest
+    (no request is in both)."""
     if not 0.0 < share < 1.0:
         raise TraceError(f"calibration share must lie in (0, 1), got {share}")
-    order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(seed)).tolist()
+    g = torch.Generator().manual_seed(seed)
+    if has_requests(rows):
+        lanes = streams(rows)
+        pick = torch.randperm(len(lanes), generator=g).tolist()[: round(len(lanes) * share)]
+        names = {lanes[i][0].request for i in pick}
+        warm = [r for r in rows if r.request in names]
+        rest = [r for r in rows if r.request not in names]
+        if len(warm) < MIN_WARMUP_ROWS or not rest:
+            raise TraceError(
+                f"{len(lanes)} requests leave {len(warm)} warm-up rows; calibrating the gates "
+                f"needs at least {MIN_WARMUP_ROWS} (record more requests)"
+            )
+        return warm, rest
+    order = torch.randperm(len(rows), generator=g).tolist()
     n = int(len(rows) * share)
     if n < MIN_WARMUP_ROWS or len(rows) - n < 1:
         raise TraceError(
@@ -134,11 +159,16 @@ def drive_arm(
     b = steps[0].batch_size
     floor = ElasticFloor(AtBatch(cost, b)) if arm.floor and cost is not None else None
     budget = arm.budget(b)
+    serials: dict[str, int] = {}  # a composed step's request names as the engine's serials
     out: list[list[int]] = []
     for st in steps:
-        run = drive_step(
-            policy, SimSource(st), step_batch(floor, budget, st.max_nodes), strict=True
-        )
+        ids = None
+        if st.requests is not None:
+            ids = torch.tensor(
+                [serials.setdefault(r, len(serials)) for r in st.requests], dtype=torch.int64
+            )
+        batch = step_batch(floor, budget, st.max_nodes, ids)
+        run = drive_step(policy, SimSource(st), batch, strict=True)
         req = run.pool.request_index()
         lengths = accepted_lengths(run.pool, run.keep, st.target)
         verified = torch.bincount(req[run.keep], minlength=b)
@@ -302,5 +332,9 @@ def best_of_families(cell: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def compose_steps(
     rows: Sequence[TraceRow], batch: int, steps: int, seed: int
 ) -> list[RecordedStep]:
+    """``steps`` batches of ``batch`` rows: request streams when the rows know their requests,
+    else drawn with replacement (:mod:`echo_scheduler.rows`)."""
     g = torch.Generator().manual_seed(seed * 100_003 + batch)
+    if has_requests(rows):
+        return compose_streams(rows, batch, steps, g)
     return [compose(rows, batch, g) for _ in range(steps)]

@@ -115,7 +115,15 @@ def run_closed_loop(
             hind = step_oracle(step.pool, step.keep, target, step.max_nodes)
             acc.add(step, hind)
             if record:
-                recorded.append(RecordedStep(step.pool, target, step.max_nodes))
+                recorded.append(
+                    RecordedStep(
+                        step.pool,
+                        target,
+                        step.max_nodes,
+                        step.request_ids,
+                        tuple(step.request_steps.tolist()),
+                    )
+                )
         pending[:] = still
 
     engine.metrics.reset()

@@ -34,6 +34,7 @@ POLICY_CHOICES = (
     "echo",
     "echo-dense",
     "echo-fixed",
+    "echo-history",
 )
 DRAFTER_CHOICES = ("auto", "eagle", "ngram", "eagle+ngram")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -14,6 +14,7 @@ DESCRIPTIONS = {
     "echo": "ECHO: sparse calibrated gates, depth for confident requests, then width",
     "echo-dense": "ECHO ablation: a gate at every depth",
     "echo-fixed": "ECHO ablation: one threshold for all depths",
+    "echo-history": "ECHO with each request's keys rescaled by its own recent acceptance",
 }
 
 
