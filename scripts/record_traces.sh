@@ -2,7 +2,7 @@
 # Record the replay's trace set: full-depth, ungated candidate pools of the embedded model and
 # its shipped EAGLE head on the three built-in workloads (greedy), as traces/trace-*.json.gz.
 #
-#   scripts/record_traces.sh [OUT_DIR]     # default: traces/ (about 17 minutes on 2 cores)
+#   scripts/record_traces.sh [OUT_DIR]     # default: traces/ (12-17 minutes on 2 cores)
 #
 # The bench records the pools of its global-topk runs (every request drafted to max_depth 8,
 # top-3 frontier x 6 children, no gate, no budget cut on drafting); plain runs beside them and

@@ -3,8 +3,8 @@
 One table per cost model, one line per (trace, B): plain decoding's rate, ECHO's speedup over
 it, the best fixed baseline (the best point of the chain, static and EAGLE-2 grids, chosen in
 hindsight on the same steps, so its interval is optimistic for the baseline) and ECHO's ratio
-to it with the paired 95% interval, ECHO without its ledger and the gate variants as ratios to
-ECHO (``utility``: the gate
+to it with the paired 95% interval, ECHO with per-request history (with its interval), ECHO
+without its ledger and the gate variants as ratios to ECHO (``utility``: the gate
 chosen by simulated net utility on warm-up steps, with its choice), and eta of ECHO and of that
 baseline.
 """
@@ -28,6 +28,14 @@ def _vs(arms: dict[str, Any], name: str) -> str:
     return f"{arms[name]['ratio_vs_echo']:.3f}" if name in arms else "-"
 
 
+def _with_ci(arms: dict[str, Any], name: str) -> str:
+    row = arms.get(name)
+    if row is None:
+        return "-"
+    lo, hi = row["ratio_ci95"]
+    return f"{row['ratio_vs_echo']:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
 def _utility(arms: dict[str, Any]) -> str:
     row = arms.get("echo_utility")
     return "-" if row is None else f"{row['ratio_vs_echo']:.3f} ({row['gate_choice']})"
@@ -40,10 +48,10 @@ def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
         lines += [
             f"\n**{cost}**\n",
             "| trace | B | plain tok/s | ECHO x plain | best fixed | ECHO / best [95% CI] "
-            "| no ledger | no gate | dense | fixed | 2 checkpoints | 2, next labels "
+            "| history [95% CI] | no ledger | no gate | dense | fixed | 2 checkpoints | 2, next labels "
             "| utility (choice) "
             "| eta ECHO | eta best |",
-            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         ]
         for (c, trace, b), arms in cells.items():
             if c != cost or "echo" not in arms:
@@ -64,7 +72,7 @@ def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
                 f"| {trace} | {b} | {arms['plain']['tokens_per_s']:,.0f} | "
                 f"{echo['vs_plain']:.2f} | {best['best_of']} | "
                 f"{1 / best['ratio_vs_echo']:.3f} [{1 / hi:.3f}, {1 / lo:.3f}] | "
-                f"{_vs(arms, 'echo_noledger')} | "
+                f"{_with_ci(arms, 'echo_history')} | {_vs(arms, 'echo_noledger')} | "
                 f"{_vs(arms, 'echo_nogate')} | {_vs(arms, 'echo_dense')} | "
                 f"{_vs(arms, 'echo_fixed')} | {_vs(arms, 'echo_k2')} | "
                 f"{_vs(arms, 'echo_next_k2')} | {_utility(arms)} | "
