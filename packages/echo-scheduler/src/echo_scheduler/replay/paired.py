@@ -18,6 +18,7 @@ S = 20, 4 for S = 80.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -34,7 +35,7 @@ class Paired:
 
 def block_length(steps: int) -> int:
     """``L = max(1, round(S ** (1/3)))``."""
-    return max(1, int(round(float(max(steps, 1)) ** (1.0 / 3.0))))
+    return max(1, round(math.pow(max(steps, 1), 1.0 / 3.0)))
 
 
 def resample_index(steps: int, resamples: int, seed: int, block: int | None = None) -> Tensor:

@@ -48,7 +48,8 @@ def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
         lines += [
             f"\n**{cost}**\n",
             "| trace | B | plain tok/s | ECHO x plain | best fixed | ECHO / best [95% CI] "
-            "| history [95% CI] | no ledger | no gate | dense | fixed | 2 checkpoints | 2, next labels "
+            "| history [95% CI] | no ledger | no gate | dense | fixed | 2 checkpoints "
+            "| 2, next labels "
             "| utility (choice) "
             "| eta ECHO | eta best |",
             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
