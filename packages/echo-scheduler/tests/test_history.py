@@ -110,3 +110,27 @@ def test_without_request_serials_the_history_policy_is_echo() -> None:
     assert torch.equal(ra.pool.token, rb.pool.token)
     with pytest.raises(PolicyError, match="requests"):
         StepBatch(2, 4, step.max_nodes, requests=ids(1))
+
+
+def test_aging_gives_a_starved_request_its_best_depth_one_node_first() -> None:
+    step = SyntheticWorkload.qwen().sample(2, 1, torch.Generator().manual_seed(1))[0]
+    step = step.with_max_nodes(torch.full((2,), 100))
+    policy = EchoPolicy(PolicyConfig(max_depth=3, max_width=3), _gate(), aging=2)
+    held = []
+    for _ in range(5):
+        run = drive_step(policy, SimSource(step), _batch(step, ids(10, 11)), strict=True)
+        req = run.pool.request_index()
+        verified = torch.bincount(req[run.keep], minlength=2)
+        held.append(verified.tolist())
+        lengths = accepted_lengths(run.pool, run.keep, step.target)
+        policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+        if int(verified[0]) == 1:  # the forced node: request 0's best depth-1 draft
+            first = (req == 0) & (run.pool.depth == 1)
+            key = policy.key(run.pool)
+            assert bool(run.keep[first & (key == key[first].max())].any())
+    # under the 0.5 floor request 0 never pays for a row: starved twice, then one node, then
+    # (having verified a row) starved twice again
+    assert [h[0] for h in held] == [0, 0, 1, 0, 0]
+    assert all(h[1] > 0 for h in held)
+    with pytest.raises(PolicyError, match="aging"):
+        EchoPolicy(PolicyConfig(), aging=-1)

@@ -6,7 +6,9 @@ gate), ``echo_dense`` and ``echo_fixed`` (ablations: a gate at every depth / one
 Algorithm 1, kept as an ablation) and ``echo_noledger`` (ECHO without the realised-value check
 of echo_scheduler.ledger: it drafts whenever the optimistic pre-check lets it) and
 ``echo_history`` (ECHO rescaling each request's keys by its realised acceptance,
-echo_scheduler.history; it needs the engine's request serials in ``StepBatch.requests``).
+echo_scheduler.history; it needs the engine's request serials in ``StepBatch.requests``) and
+``echo_aging`` (ECHO giving a request that verified no draft row for ``AGING_STEPS`` steps in a
+row its best depth-1 node first; also needs the serials).
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ POLICY_NAMES = (
     "echo_reserve",
     "echo_noledger",
     "echo_history",
+    "echo_aging",
 )
+AGING_STEPS = 4
+"""``echo_aging``'s threshold: steps in a row without a verified draft row (set a priori)."""
 
 _ECHO_MODES = {
     "echo": None,
@@ -42,6 +47,7 @@ _ECHO_MODES = {
     "echo_reserve": None,
     "echo_noledger": None,
     "echo_history": None,
+    "echo_aging": None,
 }
 
 
@@ -76,6 +82,7 @@ def make_policy(
             reserve_base=name == "echo_reserve",
             learn_drafting=name != "echo_noledger",
             history=RequestHistory() if name == "echo_history" else None,
+            aging=AGING_STEPS if name == "echo_aging" else 0,
         )
     raise PolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
 

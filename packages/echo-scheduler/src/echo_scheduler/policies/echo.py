@@ -65,6 +65,13 @@ RequestHistory` and the engine's request serials (``batch.requests``), every key
 rescaled to ``min(1, f_r u'_i)``, f_r its realised over predicted acceptance of recent steps
 (echo_scheduler.history); bounds and estimates of children are rescaled alike. Without serials
 the policy is plain ECHO.
+
+Aging (``echo_aging``, optional). One global budget can leave a low-confidence request without
+a single verified draft row for many steps while its batch mates verify theirs (the replay's
+``starved_max``: up to 20 steps of 20 at B = 256). With ``aging = A > 0`` and request serials, a
+request that went ``A`` consecutive such steps has its best depth-1 node selected first (tier
+0), past the floor and the exact cut, until it verifies a row again. The budget K and the
+per-request caps still bind.
 """
 
 from __future__ import annotations
@@ -78,6 +85,7 @@ from echo_core.tree import TreeBatch
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cut import exact_cut
+from echo_scheduler.errors import PolicyError
 from echo_scheduler.gating import apply_gate
 from echo_scheduler.history import RequestHistory
 from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch, StepOutcome
@@ -110,10 +118,14 @@ class EchoPolicy(BasePolicy):
         reserve_base: bool = False,
         learn_drafting: bool = True,
         history: RequestHistory | None = None,
+        aging: int = 0,
     ) -> None:
         """``learn_drafting``: keep a :class:`DraftLedger` of priced steps (module docstring);
         False is ECHO without it (an ablation). ``history``: rescale each request's keys by its
-        realised acceptance (module docstring)."""
+        realised acceptance (module docstring). ``aging``: steps without a verified row after
+        which a request's best depth-1 node is selected first (0: never; module docstring)."""
+        if aging < 0 or (aging and reserve_base):
+            raise PolicyError(f"aging must be >= 0 steps and excludes reserve_base, got {aging}")
         super().__init__()
         self.config = config
         self.gate = gate if gate is not None else GatePolicy.none()
@@ -129,6 +141,9 @@ class EchoPolicy(BasePolicy):
         self._factor: Tensor | None = None  # [B] this step's f_r (None: no history)
         self._predicted: Tensor | None = None  # [B] sum of the selected nodes' unscaled keys
         self._factor_max = 1.0  # the largest f_r this step (the pre-check's optimism)
+        self.aging = aging
+        self._starved: dict[int, int] = {}  # serial -> consecutive steps without a verified row
+        self._aged: Tensor | None = None  # [B] bool, this step's aged requests (None: none)
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -143,6 +158,13 @@ class EchoPolicy(BasePolicy):
         self._roots = self._expanded = 0
         self._factor = self._predicted = None
         self._factor_max = 1.0
+        self._aged = None
+        if self.aging and batch.requests is not None:
+            ids = batch.requests.tolist()  # host tensor: no device sync
+            self._starved = {r: self._starved.get(r, 0) for r in ids}  # forget the departed
+            aged = [self._starved[r] >= self.aging for r in ids]
+            if any(aged):
+                self._aged = torch.tensor(aged, device=batch.max_nodes.device)
         if self.history is not None and batch.requests is not None:
             f = self.history.factors(batch.requests)  # host
             self._factor_max = float(f.max()) if f.numel() else 1.0
@@ -202,6 +224,11 @@ class EchoPolicy(BasePolicy):
                     outcome.accepted_lengths.cpu()[seen],
                     predicted.cpu()[seen],
                 )
+        if self.aging and batch is not None and batch.requests is not None:
+            rows = outcome.verified.cpu()
+            some = int(rows.sum()) > 0
+            for r, v in zip(batch.requests.tolist(), rows.tolist(), strict=True):
+                self._starved[r] = self._starved.get(r, 0) + 1 if some and v == 0 else 0
         if self.ledger is None or batch is None or not self._roots:
             return
         verified = int(outcome.verified.sum())
@@ -320,6 +347,9 @@ class EchoPolicy(BasePolicy):
             eligible &= key >= self.batch.min_utility
         group = ix.req * (self.config.max_depth + 1) + pool.depth.clamp(max=self.config.max_depth)
         grouped = group_order(group, kpos)
+        forced = self._forced(pool, ix, group, grouped)
+        if forced is not None:
+            eligible |= forced
         band = ranks_in_order(group, grouped, eligible) < self.config.topk
         tier = torch.where(self.truncated[ix.req], WIDTH, REINVEST)
         tier = torch.where(band, DEPTH, tier)
@@ -328,10 +358,22 @@ class EchoPolicy(BasePolicy):
             shallow = pool.depth <= self.config.base_depth
             base = top_per_request(pool, kpos, n0, shallow) & eligible
             tier = torch.where(base, BASE, tier)
+        if forced is not None:
+            tier = torch.where(forced, BASE, tier)
         by_key = inverse(kpos)
         ranked = tier[by_key]
         perm = by_key[torch.sort(ranked, stable=True).indices]  # tier-major, key order within
         return _Order(inverse(perm), eligible, tier, group, grouped)
+
+    def _forced(
+        self, pool: TreeBatch, ix: PoolIndex, group: Tensor, grouped: Tensor
+    ) -> Tensor | None:
+        """[N] bool: the best depth-1 node of every aged request (None: no request is aged)."""
+        aged = self._aged
+        if aged is None:
+            return None
+        first = pool.depth == 1
+        return first & aged[ix.req] & (ranks_in_order(group, grouped, first) == 0)
 
     def select(self, pool: TreeBatch) -> Tensor:
         ix = PoolIndex.of(pool)
@@ -342,7 +384,9 @@ class EchoPolicy(BasePolicy):
         keep = budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
         price = self.batch.row_price
         if price is not None and self.gate.acceptance_maps is not None:
-            keep = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
+            cut = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
+            forced = order.tier == BASE if self._aged is not None else None
+            keep = cut if forced is None else cut | (keep & forced)  # aging passes the cut
         if self._factor is not None:  # what the unscaled keys predicted for the verified nodes
             weights = torch.where(keep, base, 0.0).to(torch.float64)
             self._predicted = torch.zeros(pool.batch_size, dtype=torch.float64, device=pool.device)

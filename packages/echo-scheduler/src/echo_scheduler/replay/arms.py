@@ -9,7 +9,7 @@ names each family's best point per cell, chosen in hindsight on the replayed ste
 no online policy has (and one that makes that point's interval against ECHO optimistic for the
 baseline). Plain decoding (K = 0) is an arm of its own.
 
-ECHO's nine arms run with one configuration each and the elastic cost floor of
+ECHO's ten arms run with one configuration each and the elastic cost floor of
 :mod:`echo_scheduler.elastic` fed by the cost model (the engine's ``--elastic``): a per-request
 ceiling of ``ECHO_PER_REQUEST`` draft nodes, K = that times B, and the floor decides how much
 of it to spend (with the exact cut). Their gates come from :mod:`echo_scheduler.replay.gates`,
@@ -17,7 +17,8 @@ except ``echo_utility``'s, which is chosen per cell by simulated net utility on 
 (:mod:`echo_scheduler.replay.utility`), and ``echo_noledger``'s: the sparse gate, without the
 realised-value check of :mod:`echo_scheduler.ledger` (what ``echo`` was before it), and
 ``echo_history``'s: the sparse gate, each request's keys rescaled by its realised acceptance
-(:mod:`echo_scheduler.history`; without request streams it is ``echo``).
+(:mod:`echo_scheduler.history`; without request streams it is ``echo``), and ``echo_aging``'s:
+the sparse gate, with aging after ``AGING_STEPS`` starved steps (echo_scheduler.policies.echo).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ GLOBAL_TOPK_PER_REQUEST = 4
 UTILITY_ARM = "echo_utility"
 NOLEDGER_ARM = "echo_noledger"
 HISTORY_ARM = "echo_history"
+AGING_ARM = "echo_aging"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,7 @@ def static_size(branching: Sequence[int]) -> int:
 
 
 def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
-    """plain, the chain / static / EAGLE-2 grids, global top-K, and the nine ECHO arms."""
+    """plain, the chain / static / EAGLE-2 grids, global top-K, and the ten ECHO arms."""
     cfg = base or PolicyConfig.high_concurrency()
     arms = [Arm("plain", "plain", "plain", cfg, 0)]
     arms += [
@@ -111,6 +113,9 @@ def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
     )
     arms.append(  # ECHO rescaling each request's keys by its own recent acceptance
         Arm(HISTORY_ARM, HISTORY_ARM, HISTORY_ARM, cfg, ECHO_PER_REQUEST, floor=True, gate="echo")
+    )
+    arms.append(  # ECHO giving long-starved requests their best depth-1 node first
+        Arm(AGING_ARM, AGING_ARM, AGING_ARM, cfg, ECHO_PER_REQUEST, floor=True, gate="echo")
     )
     names = [a.name for a in arms]
     if len(set(names)) != len(names):

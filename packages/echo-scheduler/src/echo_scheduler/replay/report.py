@@ -5,8 +5,10 @@ it, the best fixed baseline (the best point of the chain, static and EAGLE-2 gri
 hindsight on the same steps, so its interval is optimistic for the baseline) and ECHO's ratio
 to it with the paired 95% interval, ECHO with per-request history (with its interval), ECHO
 without its ledger and the gate variants as ratios to ECHO (``utility``: the gate
-chosen by simulated net utility on warm-up steps, with its choice), and eta of ECHO and of that
-baseline.
+chosen by simulated net utility on warm-up steps, with its choice), eta of ECHO and of that
+baseline, and, when the steps are request streams, the per-request tails of ECHO and of that
+baseline (replay.fairness: 10th-percentile per-request speedup over plain decoding; longest run
+of steps a request verified no draft row while its batch verified some).
 """
 
 from __future__ import annotations
@@ -36,6 +38,15 @@ def _with_ci(arms: dict[str, Any], name: str) -> str:
     return f"{row['ratio_vs_echo']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def _tail(echo: dict[str, Any], best: dict[str, Any]) -> str:
+    if "request_speedup_p10" not in echo or "request_speedup_p10" not in best:
+        return "- | -"
+    return (
+        f"{echo['request_speedup_p10']:.2f} / {best['request_speedup_p10']:.2f} | "
+        f"{echo['starved_max']} / {best['starved_max']}"
+    )
+
+
 def _utility(arms: dict[str, Any]) -> str:
     row = arms.get("echo_utility")
     return "-" if row is None else f"{row['ratio_vs_echo']:.3f} ({row['gate_choice']})"
@@ -51,8 +62,8 @@ def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
             "| history [95% CI] | no ledger | no gate | dense | fixed | 2 checkpoints "
             "| 2, next labels "
             "| utility (choice) "
-            "| eta ECHO | eta best |",
-            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
+            "| eta ECHO | eta best | request p10 ECHO / best | starved ECHO / best |",
+            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
         ]
         for (c, trace, b), arms in cells.items():
             if c != cost or "echo" not in arms:
@@ -77,6 +88,6 @@ def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
                 f"{_vs(arms, 'echo_nogate')} | {_vs(arms, 'echo_dense')} | "
                 f"{_vs(arms, 'echo_fixed')} | {_vs(arms, 'echo_k2')} | "
                 f"{_vs(arms, 'echo_next_k2')} | {_utility(arms)} | "
-                f"{echo['eta']:.2f} | {best['eta']:.2f} |"
+                f"{echo['eta']:.2f} | {best['eta']:.2f} | {_tail(echo, best)} |"
             )
     return "\n".join(lines)

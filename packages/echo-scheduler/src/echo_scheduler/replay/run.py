@@ -39,6 +39,7 @@ from echo_scheduler.outcome import accepted_lengths, accepted_mask
 from echo_scheduler.policies import make_policy
 from echo_scheduler.replay.arms import UTILITY_ARM, Arm
 from echo_scheduler.replay.costs import AtBatch, StepCost
+from echo_scheduler.replay.fairness import request_tails
 from echo_scheduler.replay.gates import calibrate_variants, warmup_records
 from echo_scheduler.replay.hindsight import OracleRun, oracle_run
 from echo_scheduler.replay.paired import paired, resample_index
@@ -84,6 +85,8 @@ class ArmSteps:
     calls: Tensor
     expansions: Tensor
     own_reach: Tensor  # accepted nodes reachable in the arm's own pool (capped per request)
+    request_accepted: Tensor | None = None  # [S, B] accepted drafts per request and step
+    request_verified: Tensor | None = None  # [S, B] verified draft rows per request and step
 
     def tokens(self, batch: int) -> int:
         """``sum_i (B + a_i)``: emitted tokens over the steps (one bonus per request each)."""
@@ -161,6 +164,8 @@ def drive_arm(
     budget = arm.budget(b)
     serials: dict[str, int] = {}  # a composed step's request names as the engine's serials
     out: list[list[int]] = []
+    per_acc: list[Tensor] = []
+    per_ver: list[Tensor] = []
     for st in steps:
         ids = None
         if st.requests is not None:
@@ -189,8 +194,13 @@ def drive_arm(
             )
         reach = int(torch.minimum(own, st.max_nodes).sum())
         out.append([acc, ver, run.depths, run.expansions, reach])
+        per_acc.append(lengths.to(torch.int64))
+        per_ver.append(verified)
     cols = torch.tensor(out, dtype=torch.int64).reshape(-1, 5).T
-    return ArmSteps(*cols)
+    c_acc, c_ver, c_calls, c_exp, c_reach = cols.unbind(0)
+    return ArmSteps(
+        c_acc, c_ver, c_calls, c_exp, c_reach, torch.stack(per_acc), torch.stack(per_ver)
+    )
 
 
 def _row(
@@ -278,6 +288,7 @@ def replay_cell(
         for a in arms:
             row = _row(a, series[a.name], seconds[a.name], b, oracle, ref_reach)
             row.update({"trace": trace, "cost_model": cost.name, "batch": b})
+            row.update(_tails(steps, series[a.name], seconds[a.name], seconds.get("plain")))
             if a.name in chosen:
                 row.update(
                     {"gate_choice": chosen[a.name].label, "tuning_gain": chosen[a.name].gain}
@@ -313,6 +324,17 @@ def replay_cell(
             }
         )
     return rows
+
+
+def _tails(
+    steps: Sequence[RecordedStep], series: ArmSteps, seconds: Tensor, plain: Tensor | None
+) -> dict[str, float | int]:
+    """Per-request tails (replay.fairness) when the steps name their requests, else nothing."""
+    acc, ver = series.request_accepted, series.request_verified
+    if plain is None or acc is None or ver is None:
+        return {}
+    tails = request_tails(steps, acc, ver, seconds, plain)
+    return {} if tails is None else tails.as_row()
 
 
 GRID_FAMILIES = ("chain", "static", "eagle2")

@@ -35,6 +35,7 @@ POLICY_CHOICES = (
     "echo-dense",
     "echo-fixed",
     "echo-history",
+    "echo-aging",
 )
 DRAFTER_CHOICES = ("auto", "eagle", "ngram", "eagle+ngram")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

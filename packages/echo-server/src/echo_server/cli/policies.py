@@ -15,6 +15,7 @@ DESCRIPTIONS = {
     "echo-dense": "ECHO ablation: a gate at every depth",
     "echo-fixed": "ECHO ablation: one threshold for all depths",
     "echo-history": "ECHO with each request's keys rescaled by its own recent acceptance",
+    "echo-aging": "ECHO giving a request left without draft rows for 4 steps its best draft first",
 }
 
 
