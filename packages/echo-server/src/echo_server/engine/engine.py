@@ -194,7 +194,7 @@ class Engine:
             caps = torch.tensor(
                 [max(s.remaining - 1, 0) for s in batch], dtype=torch.int64, device=self.device
             )
-            serials = torch.tensor([s.serial for s in batch], dtype=torch.int64)  # host: ids only
+            serials = torch.tensor([s.serial for s in batch], dtype=torch.int64, device="cpu")
             step = step_batch(self.elastic, self.budget_k(len(batch)), caps, serials)
             source = DrafterSource(self.drafter)
             driven = drive_step(self.policy, source, step, max_depth=self.config.max_depth)
