@@ -8,10 +8,11 @@ import torch
 from echo_gating.maps import AcceptanceMaps, DepthMap
 from echo_gating.policy import GateMode, GatePolicy
 from echo_scheduler.config import PolicyConfig
+from echo_scheduler.cost import ProfileCost
 from echo_scheduler.driver import drive_step
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.history import RequestHistory
-from echo_scheduler.interface import StepBatch, StepOutcome
+from echo_scheduler.interface import RowPrice, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths
 from echo_scheduler.policies import make_policy
 from echo_scheduler.policies.echo import EchoPolicy
@@ -24,7 +25,7 @@ def ids(*xs: int) -> torch.Tensor:
 
 
 def test_factors_are_shrunk_ratios_of_accepted_to_predicted() -> None:
-    h = RequestHistory(alpha=0.3, prior=3.0)
+    h = RequestHistory(alpha=0.3, prior=3.0, forget_after=0)  # forget at the first absence
     assert h.factors(ids(7, 8)).tolist() == [1.0, 1.0]  # unseen: f = 1
     h.update(ids(7, 8), ids(3, 0), torch.tensor([1.0, 2.0], dtype=torch.float64))
     assert h.factors(ids(7, 8)).tolist() == pytest.approx([6 / 4, 3 / 5])
@@ -36,13 +37,31 @@ def test_factors_are_shrunk_ratios_of_accepted_to_predicted() -> None:
     assert h.factors(ids(7)).tolist() == [1.0]
 
 
+def test_a_short_absence_is_not_a_departure() -> None:
+    h = RequestHistory(forget_after=2)
+    h.update(ids(1, 2), ids(6, 0), torch.tensor([0.0, 0.0], dtype=torch.float64))
+    h.factors(ids(1, 2))
+    h.factors(ids(2))  # the engine retried a failed step per request: 1 absent twice
+    h.factors(ids(2))
+    assert float(h.factors(ids(1, 2))[0]) == pytest.approx(9 / 3)  # still known
+    for _ in range(3):
+        h.factors(ids(2))
+    assert float(h.factors(ids(1, 2))[0]) == 1.0  # absent 3 > 2 calls: forgotten
+
+
 def test_factors_are_clamped_and_bad_settings_refused() -> None:
     h = RequestHistory(prior=1.0, f_min=0.5, f_max=1.25)
     h.update(ids(1, 2), ids(9, 0), torch.tensor([0.0, 9.0], dtype=torch.float64))
     assert h.factors(ids(1, 2)).tolist() == [1.25, 0.5]
-    for bad in ({"alpha": 0.0}, {"prior": 0.0}, {"f_min": 1.5}, {"f_max": 0.9}):
+    for bad in (
+        {"alpha": 0.0},
+        {"prior": 0.0},
+        {"f_min": 1.5},
+        {"f_max": 0.9},
+        {"forget_after": -1},
+    ):
         with pytest.raises(PolicyError):
-            RequestHistory(**bad)  # type: ignore[arg-type]
+            RequestHistory(**bad)
     with pytest.raises(PolicyError, match="matching"):
         h.update(ids(1, 2), ids(1), torch.zeros(2))
 
@@ -134,3 +153,33 @@ def test_aging_gives_a_starved_request_its_best_depth_one_node_first() -> None:
     assert all(h[1] > 0 for h in held)
     with pytest.raises(PolicyError, match="aging"):
         EchoPolicy(PolicyConfig(), aging=-1)
+
+
+def test_serials_change_nothing_for_plain_echo() -> None:
+    step, cfg = _step(), PolicyConfig(max_depth=3, max_width=3)
+    named = drive_step(EchoPolicy(cfg, _gate()), SimSource(step), _batch(step, ids(3, 4)))
+    anon = drive_step(EchoPolicy(cfg, _gate()), SimSource(step), _batch(step, None))
+    assert torch.equal(named.keep, anon.keep)
+    assert torch.equal(named.pool.token, anon.pool.token)
+    with pytest.raises(PolicyError, match="host"):
+        StepBatch(2, 4, step.max_nodes, requests=ids(1, 2).to("meta"))
+
+
+def test_aging_rows_pass_the_exact_cut_and_are_priced_as_verified() -> None:
+    step = SyntheticWorkload.qwen().sample(2, 1, torch.Generator().manual_seed(1))[0]
+    step = step.with_max_nodes(torch.full((2,), 100))
+    # rows priced at 0.3 tokens each (rate 1 token/s, 0.3 s per row past the roots)
+    price = RowPrice(1.0, ProfileCost((0.0, 100.0), (0.0, 30.0)))
+    batch = StepBatch(2, 100, step.max_nodes, min_utility=0.5, row_price=price, requests=ids(5, 6))
+    policy = EchoPolicy(PolicyConfig(max_depth=3, max_width=3), _gate(), aging=1)
+    first = drive_step(policy, SimSource(step), batch, strict=True)
+    req = first.pool.request_index()
+    verified = torch.bincount(req[first.keep], minlength=2)
+    assert int(verified[0]) == 0
+    lengths = accepted_lengths(first.pool, first.keep, step.target)
+    policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+    aged = drive_step(policy, SimSource(step), batch, strict=True)
+    req = aged.pool.request_index()
+    assert int(aged.keep[req == 0].sum()) == 1  # its best depth-1 node, past floor and cut
+    # the cut on the other request is the one it makes with that row already verified
+    assert int(aged.keep[req == 1].sum()) >= 1

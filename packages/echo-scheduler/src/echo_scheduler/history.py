@@ -16,8 +16,9 @@ and the request's factor, shrunk toward 1 by a prior of ``prior`` tokens,
 
 rescales its keys: ``u'_i = min(1, f_r u_i)``. A per-request constant keeps the key
 non-increasing along every path, and the keys stay estimated acceptances, so the cost floor and
-the exact cut price rows with them as before. A request seen for the first time has f = 1;
-requests absent from a step are forgotten (they finished, or were preempted).
+the exact cut price rows with them as before. A request seen for the first time has f = 1; a
+request absent for more than ``forget_after`` steps is forgotten (it finished or was
+preempted; the engine's per-request retry of a failed step is a short absence).
 """
 
 from __future__ import annotations
@@ -38,25 +39,33 @@ class RequestHistory:
     prior: float = 3.0
     f_min: float = 0.25
     f_max: float = 4.0
+    forget_after: int = 64
     _accepted: dict[int, float] = field(default_factory=dict)
     _predicted: dict[int, float] = field(default_factory=dict)
+    _seen: dict[int, int] = field(default_factory=dict)  # serial -> the last call it was in
+    _clock: int = 0
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
             raise PolicyError(f"history alpha must be in (0, 1], got {self.alpha}")
         if not self.prior > 0.0:
             raise PolicyError(f"history prior must be > 0 tokens, got {self.prior}")
+        if self.forget_after < 0:
+            raise PolicyError(f"history forget_after must be >= 0, got {self.forget_after}")
         if not 0.0 < self.f_min <= 1.0 <= self.f_max < float("inf"):
             raise PolicyError(f"need 0 < f_min <= 1 <= f_max < inf, got {self.f_min}, {self.f_max}")
 
     def factors(self, requests: Tensor) -> Tensor:
         """``f_r`` for each of ``requests`` ([B] int64 serials): [B] float32; forgets the
-        requests not among them."""
+        requests absent for more than ``forget_after`` calls."""
         ids = [int(r) for r in requests.tolist()]
-        present = set(ids)
-        for table in (self._accepted, self._predicted):
-            for r in [r for r in table if r not in present]:
-                del table[r]
+        self._clock += 1
+        for r in ids:
+            self._seen[r] = self._clock
+        for r in [r for r, t in self._seen.items() if self._clock - t > self.forget_after]:
+            del self._seen[r]
+            self._accepted.pop(r, None)
+            self._predicted.pop(r, None)
         f = [
             (self._accepted.get(r, 0.0) + self.prior) / (self._predicted.get(r, 0.0) + self.prior)
             for r in ids

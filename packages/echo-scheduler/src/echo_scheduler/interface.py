@@ -95,9 +95,12 @@ class StepBatch:
         if bool((m < 0).any()):
             raise PolicyError(f"max_nodes must be >= 0, got {m.tolist()}")
         r = self.requests
-        if r is not None and (r.dtype != torch.int64 or r.shape != (self.batch_size,)):
+        if r is not None and (
+            r.dtype != torch.int64 or r.shape != (self.batch_size,) or r.device.type != "cpu"
+        ):
             raise PolicyError(
-                f"requests must be [{self.batch_size}] int64, got {tuple(r.shape)} {r.dtype}"
+                f"requests must be [{self.batch_size}] int64 on the host, got "
+                f"{tuple(r.shape)} {r.dtype} on {r.device}"
             )
 
     @staticmethod

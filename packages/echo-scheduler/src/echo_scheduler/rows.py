@@ -90,7 +90,15 @@ def streams(rows: Sequence[TraceRow]) -> list[list[TraceRow]]:
     by: dict[str, list[TraceRow]] = {}
     for r in rows:
         by.setdefault(str(r.request), []).append(r)
-    return [sorted(v, key=lambda r: int(r.request_step or 0)) for v in by.values()]
+    lanes = [sorted(v, key=lambda r: int(r.request_step or 0)) for v in by.values()]
+    for lane in lanes:
+        numbers = [r.request_step for r in lane]
+        if len(set(numbers)) != len(numbers):
+            raise TraceError(
+                f"request {lane[0].request!r} has a decode step twice: two runs share its id "
+                "(record one run per trace, or give each run's requests their own ids)"
+            )
+    return lanes
 
 
 def compose_streams(

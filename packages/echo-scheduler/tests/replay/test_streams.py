@@ -45,6 +45,9 @@ def test_streams_replay_each_request_in_order_and_move_on(rows: list[TraceRow]) 
             assert b == a + 1 if cur == prev else b == 1  # in order; a new request starts at 1
     with pytest.raises(TraceError, match="know their request"):
         compose_streams(rows[:10], 2, 2, torch.Generator())
+    twice = [*reqs, replace(reqs[0])]  # two runs gave one request the same id
+    with pytest.raises(TraceError, match="decode step twice"):
+        streams(twice)
 
 
 def test_compose_steps_uses_streams_only_when_rows_know_their_requests(
@@ -67,6 +70,8 @@ def test_warmup_split_keeps_every_request_on_one_side(rows: list[TraceRow]) -> N
     assert len(warm) + len(rest) == len(reqs)
     with pytest.raises(TraceError, match="at least 100"):
         split_warmup(named(rows[:120], 10), 0.3, 0)
+    with pytest.raises(TraceError, match="none is left"):
+        split_warmup(named(rows[:120], 60), 0.9, 0)  # 2 requests: both go to the warm-up
 
 
 def test_history_arm_runs_on_streams_and_is_echo_without_them(rows: list[TraceRow]) -> None:

@@ -105,6 +105,9 @@ from echo_scheduler.ranking import (
 
 BASE, DEPTH, WIDTH, REINVEST = 0, 1, 2, 3
 """Selection tiers, taken in this order."""
+FORGET_AFTER = 64
+"""Steps a request may be absent before aging forgets it (the engine retries a failed step
+one request at a time, so a short absence is not a departure)."""
 
 
 class EchoPolicy(BasePolicy):
@@ -143,6 +146,8 @@ class EchoPolicy(BasePolicy):
         self._factor_max = 1.0  # the largest f_r this step (the pre-check's optimism)
         self.aging = aging
         self._starved: dict[int, int] = {}  # serial -> consecutive steps without a verified row
+        self._seen: dict[int, int] = {}  # serial -> the last step it was in
+        self._clock = 0  # steps begun with request serials
         self._aged: Tensor | None = None  # [B] bool, this step's aged requests (None: none)
 
     def active_gate(self) -> GatePolicy:
@@ -161,8 +166,13 @@ class EchoPolicy(BasePolicy):
         self._aged = None
         if self.aging and batch.requests is not None:
             ids = batch.requests.tolist()  # host tensor: no device sync
-            self._starved = {r: self._starved.get(r, 0) for r in ids}  # forget the departed
-            aged = [self._starved[r] >= self.aging for r in ids]
+            self._clock += 1
+            for r in ids:
+                self._seen[r] = self._clock
+            for r in [r for r, t in self._seen.items() if self._clock - t > FORGET_AFTER]:
+                del self._seen[r]
+                self._starved.pop(r, None)
+            aged = [self._starved.get(r, 0) >= self.aging for r in ids]
             if any(aged):
                 self._aged = torch.tensor(aged, device=batch.max_nodes.device)
         if self.history is not None and batch.requests is not None:
@@ -225,9 +235,9 @@ class EchoPolicy(BasePolicy):
                     predicted.cpu()[seen],
                 )
         if self.aging and batch is not None and batch.requests is not None:
-            rows = outcome.verified.cpu()
-            some = int(rows.sum()) > 0
-            for r, v in zip(batch.requests.tolist(), rows.tolist(), strict=True):
+            rows = outcome.verified.tolist()  # one host copy
+            some = sum(rows) > 0
+            for r, v in zip(batch.requests.tolist(), rows, strict=True):
                 self._starved[r] = self._starved.get(r, 0) + 1 if some and v == 0 else 0
         if self.ledger is None or batch is None or not self._roots:
             return
@@ -302,7 +312,11 @@ class EchoPolicy(BasePolicy):
             held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
             full = int(held.sum()) >= budget
         floor = torch.tensor(self.batch.min_utility, device=pool.device)
-        weakest = torch.maximum(key[kept].min(), floor) if full else floor
+        if full and self._aged is not None:  # aging's forced rows do not lower the bar
+            own = kept & (order.tier != BASE)
+            weakest = torch.maximum(key[own].min(), floor) if bool(own.any()) else floor
+        else:
+            weakest = torch.maximum(key[kept].min(), floor) if full else floor
         bound, guess = self._child_keys(pool, ix, key, d)
         candidates = kept & at_depth & (active & (held < caps))[ix.req]
         if full or self.batch.min_utility > 0:
@@ -384,9 +398,12 @@ class EchoPolicy(BasePolicy):
         keep = budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
         price = self.batch.row_price
         if price is not None and self.gate.acceptance_maps is not None:
-            cut = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
-            forced = order.tier == BASE if self._aged is not None else None
-            keep = cut if forced is None else cut | (keep & forced)  # aging passes the cut
+            if self._aged is None:
+                keep = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
+            else:  # aging's rows pass the cut, and the cut counts them as already verified
+                forced = keep & (order.tier == BASE)
+                verified = pool.batch_size + int(forced.sum())  # roots and forced rows
+                keep = exact_cut(key, keep & ~forced, verified, price) | forced
         if self._factor is not None:  # what the unscaled keys predicted for the verified nodes
             weights = torch.where(keep, base, 0.0).to(torch.float64)
             self._predicted = torch.zeros(pool.batch_size, dtype=torch.float64, device=pool.device)

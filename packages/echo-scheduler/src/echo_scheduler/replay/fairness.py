@@ -33,10 +33,11 @@ class RequestTails:
     starved_max: int
     requests: int  # requests with at least MIN_STEPS steps
 
-    def as_row(self) -> dict[str, float | int]:
+    def as_row(self) -> dict[str, float | int | None]:
+        """JSON fields (None where no request had ``MIN_STEPS`` steps)."""
         return {
-            "request_speedup_p10": self.speedup_p10,
-            "request_speedup_min": self.speedup_min,
+            "request_speedup_p10": None if self.requests == 0 else self.speedup_p10,
+            "request_speedup_min": None if self.requests == 0 else self.speedup_min,
             "starved_max": self.starved_max,
             "requests": self.requests,
         }
@@ -59,15 +60,17 @@ def request_tails(
     count: dict[str, int] = {}
     run: dict[str, int] = {}
     starved = 0
+    acc, ver = accepted.tolist(), verified.tolist()  # one host copy each
+    sec, ref = seconds.tolist(), plain_seconds.tolist()
     for i, st in enumerate(steps):
         names = st.requests or ()
-        any_rows = int(verified[i].sum()) > 0
+        any_rows = sum(ver[i]) > 0
         for b, r in enumerate(names):
-            tokens[r] = tokens.get(r, 0.0) + 1.0 + float(accepted[i, b])
-            taken[r] = taken.get(r, 0.0) + float(seconds[i])
-            plain[r] = plain.get(r, 0.0) + float(plain_seconds[i])
+            tokens[r] = tokens.get(r, 0.0) + 1.0 + acc[i][b]
+            taken[r] = taken.get(r, 0.0) + sec[i]
+            plain[r] = plain.get(r, 0.0) + ref[i]
             count[r] = count.get(r, 0) + 1
-            if any_rows and int(verified[i, b]) == 0:
+            if any_rows and ver[i][b] == 0:
                 run[r] = run.get(r, 0) + 1
                 starved = max(starved, run[r])
             else:

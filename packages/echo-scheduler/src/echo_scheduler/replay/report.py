@@ -39,7 +39,7 @@ def _with_ci(arms: dict[str, Any], name: str) -> str:
 
 
 def _tail(echo: dict[str, Any], best: dict[str, Any]) -> str:
-    if "request_speedup_p10" not in echo or "request_speedup_p10" not in best:
+    if echo.get("request_speedup_p10") is None or best.get("request_speedup_p10") is None:
         return "- | -"
     return (
         f"{echo['request_speedup_p10']:.2f} / {best['request_speedup_p10']:.2f} | "

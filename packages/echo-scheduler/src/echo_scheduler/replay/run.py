@@ -127,7 +127,12 @@ def split_warmup(
         names = {lanes[i][0].request for i in pick}
         warm = [r for r in rows if r.request in names]
         rest = [r for r in rows if r.request not in names]
-        if len(warm) < MIN_WARMUP_ROWS or not rest:
+        if not rest:
+            raise TraceError(
+                f"a share of {share} takes all {len(lanes)} requests for the warm-up; "
+                "none is left to replay"
+            )
+        if len(warm) < MIN_WARMUP_ROWS:
             raise TraceError(
                 f"{len(lanes)} requests leave {len(warm)} warm-up rows; calibrating the gates "
                 f"needs at least {MIN_WARMUP_ROWS} (record more requests)"
@@ -328,7 +333,7 @@ def replay_cell(
 
 def _tails(
     steps: Sequence[RecordedStep], series: ArmSteps, seconds: Tensor, plain: Tensor | None
-) -> dict[str, float | int]:
+) -> dict[str, float | int | None]:
     """Per-request tails (replay.fairness) when the steps name their requests, else nothing."""
     acc, ver = series.request_accepted, series.request_verified
     if plain is None or acc is None or ver is None:

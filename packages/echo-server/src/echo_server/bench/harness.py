@@ -120,7 +120,7 @@ def run_closed_loop(
                         step.pool,
                         target,
                         step.max_nodes,
-                        step.request_ids,
+                        tuple(f"{r}@c{concurrency}" for r in step.request_ids),  # per run
                         tuple(step.request_steps.tolist()),
                     )
                 )
