@@ -30,6 +30,34 @@ from torch import Tensor
 
 from echo_scheduler.errors import PolicyError
 
+FORGET_AFTER = 64
+"""Steps a request may be absent before per-request state forgets it (the engine retries a failed
+step one request at a time, so a short absence is not a departure)."""
+
+
+@dataclass(slots=True)
+class Presence:
+    """Which requests are still around: each call is one step; a request absent for more than
+    ``forget_after`` steps has departed."""
+
+    forget_after: int = FORGET_AFTER
+    _seen: dict[int, int] = field(default_factory=dict)  # serial -> the last step it was in
+    _clock: int = 0
+
+    def __post_init__(self) -> None:
+        if self.forget_after < 0:
+            raise PolicyError(f"forget_after must be >= 0 steps, got {self.forget_after}")
+
+    def step(self, ids: list[int]) -> list[int]:
+        """Mark ``ids`` present this step; the serials that departed with it."""
+        self._clock += 1
+        for r in ids:
+            self._seen[r] = self._clock
+        gone = [r for r, t in self._seen.items() if self._clock - t > self.forget_after]
+        for r in gone:
+            del self._seen[r]
+        return gone
+
 
 @dataclass(slots=True)
 class RequestHistory:
@@ -39,19 +67,17 @@ class RequestHistory:
     prior: float = 3.0
     f_min: float = 0.25
     f_max: float = 4.0
-    forget_after: int = 64
+    forget_after: int = FORGET_AFTER
     _accepted: dict[int, float] = field(default_factory=dict)
     _predicted: dict[int, float] = field(default_factory=dict)
-    _seen: dict[int, int] = field(default_factory=dict)  # serial -> the last call it was in
-    _clock: int = 0
+    _presence: Presence = field(init=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
             raise PolicyError(f"history alpha must be in (0, 1], got {self.alpha}")
         if not self.prior > 0.0:
             raise PolicyError(f"history prior must be > 0 tokens, got {self.prior}")
-        if self.forget_after < 0:
-            raise PolicyError(f"history forget_after must be >= 0, got {self.forget_after}")
+        self._presence = Presence(self.forget_after)
         if not 0.0 < self.f_min <= 1.0 <= self.f_max < float("inf"):
             raise PolicyError(f"need 0 < f_min <= 1 <= f_max < inf, got {self.f_min}, {self.f_max}")
 
@@ -59,11 +85,7 @@ class RequestHistory:
         """``f_r`` for each of ``requests`` ([B] int64 serials): [B] float32; forgets the
         requests absent for more than ``forget_after`` calls."""
         ids = [int(r) for r in requests.tolist()]
-        self._clock += 1
-        for r in ids:
-            self._seen[r] = self._clock
-        for r in [r for r, t in self._seen.items() if self._clock - t > self.forget_after]:
-            del self._seen[r]
+        for r in self._presence.step(ids):
             self._accepted.pop(r, None)
             self._predicted.pop(r, None)
         f = [

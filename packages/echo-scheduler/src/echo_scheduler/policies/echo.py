@@ -87,7 +87,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cut import exact_cut
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.gating import apply_gate
-from echo_scheduler.history import RequestHistory
+from echo_scheduler.history import Presence, RequestHistory
 from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch, StepOutcome
 from echo_scheduler.ledger import DraftedStep, DraftLedger
 from echo_scheduler.policies.frontier import expand_all
@@ -105,9 +105,6 @@ from echo_scheduler.ranking import (
 
 BASE, DEPTH, WIDTH, REINVEST = 0, 1, 2, 3
 """Selection tiers, taken in this order."""
-FORGET_AFTER = 64
-"""Steps a request may be absent before aging forgets it (the engine retries a failed step
-one request at a time, so a short absence is not a departure)."""
 
 
 class EchoPolicy(BasePolicy):
@@ -146,8 +143,7 @@ class EchoPolicy(BasePolicy):
         self._factor_max = 1.0  # the largest f_r this step (the pre-check's optimism)
         self.aging = aging
         self._starved: dict[int, int] = {}  # serial -> consecutive steps without a verified row
-        self._seen: dict[int, int] = {}  # serial -> the last step it was in
-        self._clock = 0  # steps begun with request serials
+        self._presence = Presence()  # when to forget a request's count
         self._aged: Tensor | None = None  # [B] bool, this step's aged requests (None: none)
 
     def active_gate(self) -> GatePolicy:
@@ -166,11 +162,7 @@ class EchoPolicy(BasePolicy):
         self._aged = None
         if self.aging and batch.requests is not None:
             ids = batch.requests.tolist()  # host tensor: no device sync
-            self._clock += 1
-            for r in ids:
-                self._seen[r] = self._clock
-            for r in [r for r, t in self._seen.items() if self._clock - t > FORGET_AFTER]:
-                del self._seen[r]
+            for r in self._presence.step(ids):
                 self._starved.pop(r, None)
             aged = [self._starved.get(r, 0) >= self.aging for r in ids]
             if any(aged):
