@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -10,12 +11,23 @@ import torch
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.driver import drive_step
 from echo_scheduler.errors import PolicyError
-from echo_scheduler.interface import StepBatch, StepOutcome
+from echo_scheduler.interface import RowPrice, StepBatch, StepOutcome
 from echo_scheduler.ledger import DraftedStep, DraftLedger
 from echo_scheduler.policies import make_policy
 from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.simulator import SimSource
 from echo_scheduler.workloads import SyntheticWorkload
+
+
+@dataclass(frozen=True)
+class _LinearLatency:
+    """t(T) = a + b T seconds."""
+
+    a: float
+    b: float
+
+    def latency_at(self, tokens: float) -> float:
+        return self.a + self.b * tokens
 
 
 def _step(live: int, accepted: int, verified: int, row: float = 0.5) -> DraftedStep:
@@ -36,6 +48,53 @@ def test_value_is_accepted_minus_every_priced_resource() -> None:
     s = _step(4, accepted=3, verified=4)
     assert s.per_root() == pytest.approx((3 - 0.5 * 4 - 0.1 * 4) / 4)
     assert s.value() == pytest.approx(3 - 0.5 * 4 - 0.1 * 4 - 0.2 * 1)
+
+
+def test_a_timed_step_charges_its_measured_drafting_instead_of_the_prices() -> None:
+    s = replace(_step(4, accepted=3, verified=4), draft_cost=0.9)
+    assert s.per_root() == pytest.approx((3 - 0.5 * 4 - 0.9) / 4)
+    assert s.priced_calls() == 0
+    assert s.value() == pytest.approx(3 - 0.5 * 4 - 0.9)  # no call price on top
+
+
+def test_timed_steps_add_no_call_price_to_the_gain() -> None:
+    ledger = DraftLedger(min_drafted=1, z=0.0)
+    ledger.record(replace(_step(8, accepted=6, verified=8), draft_cost=1.0))
+    v = (6 - 0.5 * 8 - 1.0) / 8
+    assert ledger.gain(8, call_price=5.0) == pytest.approx(8 * v)  # C = 0: the price is unused
+    priced = DraftLedger(min_drafted=1, z=0.0)
+    priced.record(_step(8, accepted=6, verified=8))
+    v = (6 - 0.5 * 8 - 0.1 * 8) / 8
+    assert priced.gain(8, call_price=5.0) == pytest.approx(8 * v - 1 * 5.0)
+
+
+def test_echo_charges_the_timed_draft_phase_at_the_run_rate() -> None:
+    """ECHO's ledger records ``R_run d`` tokens for a step whose draft phase took d seconds."""
+    policy = make_policy("echo", PolicyConfig(max_depth=3, max_width=2))
+    assert isinstance(policy, EchoPolicy)
+    assert policy.ledger is not None
+    work = SyntheticWorkload.llama().sample(4, 1, torch.Generator().manual_seed(3))
+    st = work[0].with_max_nodes(torch.full((4,), 1000))
+    price = RowPrice(rate=50.0, latency=_LinearLatency(0.01, 0.002))
+    batch = StepBatch(4, 16, st.max_nodes, min_utility=0.01, depth_price=0.01, row_price=price)
+    run = drive_step(policy, SimSource(st), batch, strict=True)
+    assert run.depths > 0
+    verified = torch.bincount(run.pool.request_index()[run.keep], minlength=4)
+    n = int(verified.sum())
+    policy.observe(StepOutcome(torch.zeros(4, dtype=torch.int64), verified, draft_s=0.02))
+    bucket = policy.ledger.summary()[DraftLedger.bucket(4)]
+    # v = (A - c_rows - R_run d) / roots, with c_rows = R_run (t(B + N) - t(B))
+    assert bucket["per_root"] == pytest.approx((0 - 50.0 * 0.002 * n - 50.0 * 0.02) / 4)
+    assert bucket["calls"] == 0.0  # timed: no call is priced on top
+
+
+def test_a_bad_draft_time_is_refused() -> None:
+    with pytest.raises(PolicyError, match="draft_s"):
+        StepOutcome(torch.zeros(1, dtype=torch.int64), torch.zeros(1).long(), draft_s=-1.0)
+    with pytest.raises(PolicyError, match="draft_s"):
+        StepOutcome(torch.zeros(1, dtype=torch.int64), torch.zeros(1).long(), float("nan"))
+    with pytest.raises(PolicyError, match="draft_cost"):
+        DraftLedger().record(replace(_step(4, 1, 1), draft_cost=float("inf")))
 
 
 def test_drafting_goes_on_until_enough_steps_show_a_loss() -> None:

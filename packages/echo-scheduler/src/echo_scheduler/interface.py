@@ -150,10 +150,18 @@ class DraftPlan:
 
 @dataclass(frozen=True, slots=True)
 class StepOutcome:
-    """Feedback after verification: accepted draft nodes per request (bonus not counted)."""
+    """Feedback after verification: accepted draft nodes per request (bonus not counted), and,
+    when the caller timed it, the wall seconds of the step's draft phase (every drafter call and
+    the policy's own work). A policy that prices its drafting (ECHO's ledger) charges the
+    measured seconds instead of its modelled per-call and per-node prices."""
 
     accepted_lengths: Tensor  # [B] int64 >= 0
     verified: Tensor  # [B] int64, draft nodes verified per request
+    draft_s: float | None = None  # measured draft-phase seconds (None: not timed)
+
+    def __post_init__(self) -> None:
+        if self.draft_s is not None and not (0.0 <= self.draft_s < float("inf")):
+            raise PolicyError(f"draft_s must be finite and >= 0, got {self.draft_s}")
 
 
 @runtime_checkable

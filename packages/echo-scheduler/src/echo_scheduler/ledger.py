@@ -22,7 +22,19 @@ says nothing about one). A step over L live requests is predicted to gain
 
     G = L v - C p_call
 
-tokens from drafting. The policy drafts when G >= 0 or the bucket has no drafted step yet; else
+tokens from drafting.
+
+Measured drafting. When the caller timed the step's draft phase (the engine does: every drafter
+call and the policy's own work, d seconds), the modelled drafting prices are replaced by what
+it cost, ``c_draft = R_run d`` tokens:
+
+    V = A - c_rows - c_draft,   v = V / R,   and C counts as 0 in G
+
+The modelled prices come from a least-squares fit over recent steps and omit the step's fixed
+work (the policy's selection, the drafter's per-step set-up); on the dev CPU at concurrency 8
+on MT-Bench they undercharged a drafted step by about 0.2 tokens, enough for the ledger to keep
+drafting at a loss (docs/BENCHMARKS.md). The policy drafts when G >= 0 or the bucket has no
+drafted step yet; else
 it decodes plainly and probes: it drafts again after ``period`` skipped steps, the period
 doubling from ``probe_min`` to ``probe_max`` after every probe that leaves G < 0 and resetting
 once G >= 0. Probing costs at most ``1 / (probe_min + 1)`` of the steps and keeps the estimate
@@ -53,22 +65,28 @@ class DraftedStep:
     row_cost: float  # c_rows, tokens
     node_price: float  # p_node
     call_price: float  # p_call
+    draft_cost: float | None = None  # c_draft = R_run d, tokens (None: drafting not timed)
 
     def per_root(self) -> float:
-        """``v = (A - c_rows - p_node E) / R``."""
-        net = self.accepted - self.row_cost - self.node_price * self.expansions
-        return net / max(self.roots, 1)
+        """``v = (A - c_rows - p_node E) / R``, or ``(A - c_rows - c_draft) / R`` when the
+        drafting was timed."""
+        spent = self.node_price * self.expansions if self.draft_cost is None else self.draft_cost
+        return (self.accepted - self.row_cost - spent) / max(self.roots, 1)
+
+    def priced_calls(self) -> int:
+        """C, the calls still to be charged at ``p_call`` (0 when the drafting was timed)."""
+        return self.calls if self.draft_cost is None else 0
 
     def value(self) -> float:
-        """``V = A - c_rows - p_node E - p_call C``."""
-        return self.per_root() * max(self.roots, 1) - self.call_price * self.calls
+        """``V = A - c_rows - p_node E - p_call C``, or ``A - c_rows - c_draft`` when timed."""
+        return self.per_root() * max(self.roots, 1) - self.call_price * self.priced_calls()
 
 
 @dataclass(slots=True)
 class _Bucket:
     per_root: float | None = None  # EMA of v
     square: float = 0.0  # EMA of v^2
-    calls: float = 0.0  # EMA of C
+    calls: float = 0.0  # EMA of C (priced calls: 0 for timed steps)
     skipped: int = 0  # plain steps since the last drafted one
     period: int = 0  # skipped steps before the next probe (0: not probing)
     drafted: int = 0
@@ -130,16 +148,18 @@ class DraftLedger:
         """Fold one drafted step into its bucket."""
         if step.roots <= 0:
             raise PolicyError("only drafted steps (roots > 0) are recorded")
+        if step.draft_cost is not None and not 0.0 <= step.draft_cost < math.inf:
+            raise PolicyError(f"draft_cost must be finite and >= 0, got {step.draft_cost}")
         b = self._buckets.setdefault(self.bucket(step.live), _Bucket())
         v = step.per_root()
         b.drafted += 1
         if b.per_root is None:
-            b.per_root, b.square, b.calls = v, v * v, float(step.calls)
+            b.per_root, b.square, b.calls = v, v * v, float(step.priced_calls())
         else:
             a = max(self.alpha, 1.0 / b.drafted)  # plain means while few steps are in
             b.per_root += a * (v - b.per_root)
             b.square += a * (v * v - b.square)
-            b.calls += a * (step.calls - b.calls)
+            b.calls += a * (step.priced_calls() - b.calls)
         b.skipped = 0
         g = self.gain(step.live, step.call_price)
         if g is not None and g >= 0:

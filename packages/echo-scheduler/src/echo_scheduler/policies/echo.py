@@ -244,10 +244,19 @@ class EchoPolicy(BasePolicy):
             row_cost=self._row_cost(batch, verified),
             node_price=batch.node_price or 0.0,
             call_price=self._depth_price(),
+            draft_cost=self._draft_cost(batch, outcome.draft_s),
         )
         ledger = self.shallow_ledger if self._shallow else self.ledger
         if ledger is not None:
             ledger.record(step)
+
+    @staticmethod
+    def _draft_cost(batch: StepBatch, draft_s: float | None) -> float | None:
+        """``c_draft = R_run d`` tokens for a timed draft phase of ``d`` seconds (the ledger's
+        measured drafting); None when the step was not timed or has no run rate."""
+        if draft_s is None or batch.row_price is None:
+            return None
+        return batch.row_price.rate * draft_s
 
     def _depth_price(self) -> float:
         """Tokens one more drafter call must promise: the engine's price, else the config's."""

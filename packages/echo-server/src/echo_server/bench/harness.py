@@ -2,7 +2,10 @@
 
 Closed loop at concurrency C: the first C prompts are submitted, and each time a request
 finishes the next prompt is submitted, so (until the prompts run out) C requests are always in
-flight. Every decode pass comes back in the step's report (a
+flight. A run's clock counts only its engine's work (submits and steps), so several runs can be
+stepped in turn (:func:`run_lockstep`) and each still reads as if it ran alone.
+
+Every decode pass comes back in the step's report (a
 :class:`~echo_server.engine.report.VerifiedStep`); once all requests of a pass have finished,
 their outputs give the pass's continuations, its selection quality is evaluated
 (:mod:`echo_server.bench.oracle`) and the pass's pool is dropped, so memory stays bounded by the
@@ -80,117 +83,189 @@ def run_closed_loop(
     ``sampling`` applies to every request (a prompt's own ``max_tokens`` wins; request i gets
     seed ``sampling.seed + i`` when a seed is set); ``labels`` = (policy, workload).
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    queue = deque(enumerate(prompts))
-    clock = _Clock()
-    times = RequestTimes()
-    sequences: dict[str, list[int]] = {}
-    outputs: dict[str, list[int]] = {}
-    prompt_ids: dict[str, list[int]] = {}
-    pending: list[VerifiedStep] = []
-    schedule_s = 0.0
-    forward_s: float | None = 0.0  # None once a pass could not time its forward (not a CPU)
-    acc = RunAccumulator()
-    recorded: list[RecordedStep] = []
-    batch_sum = 0
+    loop = ClosedLoop(engine, prompts, concurrency, sampling, labels, record, on_request_done)
+    while loop.step():
+        pass
+    return loop.finish()
 
-    def submit_next() -> None:
-        i, p = queue.popleft()
-        seed = None if sampling.seed is None else sampling.seed + i
-        params = replace(sampling, max_tokens=p.max_tokens or sampling.max_tokens, seed=seed)
-        clock.submitted[p.prompt_id] = time.perf_counter()
-        engine.submit(GenerationRequest(p.prompt_id, prompt=p.text, chat=p.chat, params=params))
 
-    def settle() -> None:
+def run_lockstep(loops: Sequence[ClosedLoop]) -> list[RunOutput]:
+    """Run several closed loops at once, one engine step each in turn (the order rotated every
+    turn) until all are done: the machine's drift within a run lands on every loop alike, at the
+    granularity of a step instead of a run. Each loop's times are its own steps' (its clock),
+    so its throughput and latencies are those of the engine running alone."""
+    live = list(loops)
+    turn = 0
+    while live:
+        order = live[turn % len(live) :] + live[: turn % len(live)]
+        live = [loop for loop in order if loop.step()]
+        turn += 1
+    return [loop.finish() for loop in loops]
+
+
+class ClosedLoop:
+    """One closed-loop run (module docstring), advanced one engine step at a time.
+
+    The loop's clock counts only its own work: submitting requests and engine steps, wall
+    (``perf_counter``) and process CPU time alike. The harness's own evaluation of finished
+    steps (the hindsight oracle, trace capture) runs outside it, so a policy with larger draft
+    pools is not charged for the bench's analysis of them.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        prompts: Sequence[Prompt],
+        concurrency: int,
+        sampling: SamplingParams,
+        labels: tuple[str, str],
+        record: bool = False,
+        on_request_done: Callable[[], None] | None = None,
+    ) -> None:
+        """``sampling`` applies to every request (a prompt's own ``max_tokens`` wins; request i
+        gets seed ``sampling.seed + i`` when a seed is set); ``labels`` = (policy, workload)."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.engine, self.concurrency, self.sampling = engine, concurrency, sampling
+        self.labels, self.record, self.on_request_done = labels, record, on_request_done
+        self.queue = deque(enumerate(prompts))
+        self.clock = _Clock()
+        self.times = RequestTimes()
+        self.sequences: dict[str, list[int]] = {}
+        self.outputs: dict[str, list[int]] = {}
+        self.prompt_ids: dict[str, list[int]] = {}
+        self.pending: list[VerifiedStep] = []
+        self.schedule_s = 0.0
+        self.forward_s: float | None = 0.0  # None once a pass could not time its forward
+        self.acc = RunAccumulator()
+        self.recorded: list[RecordedStep] = []
+        self.batch_sum = 0
+        self.wall = self.cpu = 0.0  # the loop's own clock (class docstring)
+        self._started = False
+
+    def now(self) -> float:
+        """The loop's clock: seconds of its own work so far."""
+        return self.wall
+
+    def _timed(self, work: Callable[[], None]) -> None:
+        t0, c0 = time.perf_counter(), time.process_time()
+        work()
+        self.wall += time.perf_counter() - t0
+        self.cpu += time.process_time() - c0
+
+    def _submit_next(self) -> None:
+        i, p = self.queue.popleft()
+        s = self.sampling
+        seed = None if s.seed is None else s.seed + i
+        params = replace(s, max_tokens=p.max_tokens or s.max_tokens, seed=seed)
+        self.clock.submitted[p.prompt_id] = self.now()
+        request = GenerationRequest(p.prompt_id, prompt=p.text, chat=p.chat, params=params)
+        self._timed(lambda: self.engine.submit(request))
+
+    def step(self) -> bool:
+        """One engine step (the first call also submits the first C prompts); False once every
+        request has finished (nothing was stepped)."""
+        engine = self.engine
+        if not self._started:
+            self._started = True
+            engine.metrics.reset()
+            for _ in range(min(self.concurrency, len(self.queue))):
+                self._submit_next()
+        if not engine.has_work():
+            return False
+        reports = []
+        self._timed(lambda: reports.append(engine.step()))
+        report, now = reports[0], self.now()
+        for ev in report.events:
+            if ev.error is not None:
+                raise RequestError(f"{ev.request_id}: {ev.error}")
+            self.clock.emitted(ev.request_id, len(ev.token_ids), now)
+            self.times.emitted(ev.request_id, len(ev.token_ids), now)
+            if ev.finish_reason is None:
+                continue
+            state = engine.pop_finished(ev.request_id)
+            self.sequences[ev.request_id] = state.prompt_ids + state.output_ids
+            self.outputs[ev.request_id] = list(state.output_ids)
+            self.prompt_ids[ev.request_id] = list(state.prompt_ids)
+            if self.on_request_done is not None:
+                self.on_request_done()
+            if self.queue:
+                self._submit_next()
+        self.batch_sum += report.batch
+        self.schedule_s += sum(p.schedule_s for p in report.passes)
+        self.pending.extend(report.passes)
+        for verified in report.passes:
+            self.times.verified(verified.request_ids, verified.tree.nodes_per_request().tolist())
+            if self.forward_s is not None:
+                fwd = verified.forward_s
+                self.forward_s = None if fwd is None else self.forward_s + fwd
+        self._settle()
+        return True
+
+    def _settle(self) -> None:
+        """Evaluate the passes whose requests have all finished (outside the loop's clock)."""
         still = []
-        for step in pending:
-            if not all(r in sequences for r in step.request_ids):
+        for step in self.pending:
+            if not all(r in self.sequences for r in step.request_ids):
                 still.append(step)
                 continue
-            seqs = [sequences[r] for r in step.request_ids]
+            seqs = [self.sequences[r] for r in step.request_ids]
             target = continuations(
                 seqs, step.root_positions.tolist(), max(step.pool.max_depth(), 1)
             )
             hind = step_oracle(step.pool, step.keep, target, step.max_nodes)
-            acc.add(step, hind)
-            if record:
-                recorded.append(
+            self.acc.add(step, hind)
+            if self.record:
+                self.recorded.append(
                     RecordedStep(
                         step.pool,
                         target,
                         step.max_nodes,
-                        tuple(f"{r}@c{concurrency}" for r in step.request_ids),  # per run
+                        tuple(f"{r}@c{self.concurrency}" for r in step.request_ids),  # per run
                         tuple(step.request_steps.tolist()),
                     )
                 )
-        pending[:] = still
+        self.pending[:] = still
 
-    engine.metrics.reset()
-    start, cpu_start = time.perf_counter(), time.process_time()
-    for _ in range(min(concurrency, len(queue))):
-        submit_next()
-    while engine.has_work():
-        report = engine.step()
-        now = time.perf_counter()
-        for ev in report.events:
-            if ev.error is not None:
-                raise RequestError(f"{ev.request_id}: {ev.error}")
-            clock.emitted(ev.request_id, len(ev.token_ids), now)
-            times.emitted(ev.request_id, len(ev.token_ids), now)
-            if ev.finish_reason is None:
-                continue
-            state = engine.pop_finished(ev.request_id)
-            sequences[ev.request_id] = state.prompt_ids + state.output_ids
-            outputs[ev.request_id] = list(state.output_ids)
-            prompt_ids[ev.request_id] = list(state.prompt_ids)
-            if on_request_done is not None:
-                on_request_done()
-            if queue:
-                submit_next()
-        batch_sum += report.batch
-        schedule_s += sum(p.schedule_s for p in report.passes)
-        pending.extend(report.passes)
-        for verified in report.passes:
-            times.verified(verified.request_ids, verified.tree.nodes_per_request().tolist())
-            if forward_s is not None:
-                forward_s = None if verified.forward_s is None else forward_s + verified.forward_s
-        settle()
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-    if pending:
-        raise RuntimeError(f"{len(pending)} captured steps never settled")
-
-    metrics = engine.metrics
-    steps = max(metrics.steps, 1)
-    phase = dict(metrics.phase_seconds)
-    phase["draft"] = phase.get("draft", 0.0) - schedule_s
-    phase["schedule"] = schedule_s
-    phase["prefill"] = phase.get("prefill", 0.0) + max(wall - sum(phase.values()), 0.0)
-    tokens = sum(len(o) for o in outputs.values())
-    ys = acc.step_yields
-    result = RunResult(
-        policy=labels[0],
-        workload=labels[1],
-        concurrency=concurrency,
-        requests=len(outputs),
-        output_tokens=tokens,
-        wall_s=wall,
-        tokens_per_s=tokens / wall if wall > 0 else 0.0,
-        cpu_s=cpu,
-        tokens_per_cpu_s=tokens / cpu if cpu > 0 else 0.0,
-        mean_batch=batch_sum / steps,
-        steps=metrics.steps,
-        mean_accepted_length=acc.mean_accepted_length,
-        draft_yield=acc.draft_yield,
-        verified_per_step=acc.verified / steps,
-        budget_per_step=acc.budget / steps,
-        selection=acc.selection,
-        latency_p50_ms=1e3 * percentile(clock.per_token, 50),
-        latency_p99_ms=1e3 * percentile(clock.per_token, 99),
-        ttft_p50_ms=1e3 * percentile(clock.ttft, 50),
-        phase_ms_per_step={p: 1e3 * phase.get(p, 0.0) / steps for p in PHASES},
-        draft_yield_quartiles=(percentile(ys, 25), percentile(ys, 50), percentile(ys, 75)),
-        longest_passed_over=times.longest_passed_over(),
-        step_over_forward=step_over_forward(phase, forward_s),
-    )
-    return RunOutput(result, outputs, prompt_ids, acc, recorded, times.tpot())
+    def finish(self) -> RunOutput:
+        """The run's row; call once :meth:`step` has returned False."""
+        if self.engine.has_work():
+            raise RuntimeError("the loop still has requests in flight")
+        if self.pending:
+            raise RuntimeError(f"{len(self.pending)} captured steps never settled")
+        engine, wall, cpu, outputs = self.engine, self.wall, self.cpu, self.outputs
+        metrics = engine.metrics
+        steps = max(metrics.steps, 1)
+        phase = dict(metrics.phase_seconds)
+        phase["draft"] = phase.get("draft", 0.0) - self.schedule_s
+        phase["schedule"] = self.schedule_s
+        phase["prefill"] = phase.get("prefill", 0.0) + max(wall - sum(phase.values()), 0.0)
+        tokens = sum(len(o) for o in outputs.values())
+        ys = self.acc.step_yields
+        clock, acc = self.clock, self.acc
+        result = RunResult(
+            policy=self.labels[0],
+            workload=self.labels[1],
+            concurrency=self.concurrency,
+            requests=len(outputs),
+            output_tokens=tokens,
+            wall_s=wall,
+            tokens_per_s=tokens / wall if wall > 0 else 0.0,
+            cpu_s=cpu,
+            tokens_per_cpu_s=tokens / cpu if cpu > 0 else 0.0,
+            mean_batch=self.batch_sum / steps,
+            steps=metrics.steps,
+            mean_accepted_length=acc.mean_accepted_length,
+            draft_yield=acc.draft_yield,
+            verified_per_step=acc.verified / steps,
+            budget_per_step=acc.budget / steps,
+            selection=acc.selection,
+            latency_p50_ms=1e3 * percentile(clock.per_token, 50),
+            latency_p99_ms=1e3 * percentile(clock.per_token, 99),
+            ttft_p50_ms=1e3 * percentile(clock.ttft, 50),
+            phase_ms_per_step={p: 1e3 * phase.get(p, 0.0) / steps for p in PHASES},
+            draft_yield_quartiles=(percentile(ys, 25), percentile(ys, 50), percentile(ys, 75)),
+            longest_passed_over=self.times.longest_passed_over(),
+            step_over_forward=step_over_forward(phase, self.forward_s),
+        )
+        return RunOutput(result, outputs, self.prompt_ids, acc, self.recorded, self.times.tpot())

@@ -2,7 +2,10 @@
 
 For each workload and concurrency every policy (the reference ``plain`` included) runs the same
 prompts with the same sampling in ``rounds`` interleaved rounds, the order rotated by one policy
-each round, so the machine's drift lands on every arm. A policy's ``speedup`` is the median over
+each round, so the machine's drift lands on every arm. With ``lockstep`` (the default) a round
+runs every policy's engine at once, one step each in turn
+(:func:`~echo_server.bench.harness.run_lockstep`), so drift is shared step by step rather than
+run by run; each engine is timed on its own steps only. A policy's ``speedup`` is the median over
 rounds of ``its tokens/s / plain's tokens/s`` in that round, with a 95% t-interval over the
 rounds (``speedup_ci95``, :func:`echo_server.bench.intervals.round_ratio`); its reported row is
 the round closest to that median. Per-request speedups (:mod:`echo_server.bench.fairness`)
@@ -25,7 +28,7 @@ from tqdm import tqdm
 from echo_core.sampling import SamplingParams
 from echo_scheduler.trace import RecordedStep
 from echo_server.bench.fairness import request_speedups
-from echo_server.bench.harness import RunOutput, run_closed_loop
+from echo_server.bench.harness import ClosedLoop, RunOutput, run_lockstep
 from echo_server.bench.intervals import rotated, round_ratio
 from echo_server.bench.metrics import RunAccumulator, RunResult, percentile
 from echo_server.bench.workloads import Workload
@@ -47,6 +50,7 @@ class SuiteSpec:
     seed: int = 0
     trace_policy: str | None = None  # keep this policy's steps as simulator traces
     rounds: int = 3  # interleaved rounds per (workload, concurrency)
+    lockstep: bool = True  # a round steps every policy's engine in turn (else run after run)
 
     def __post_init__(self) -> None:
         if self.rounds < 1:
@@ -131,23 +135,48 @@ def run_suite(
             for conc in spec.concurrency:
                 cell: dict[str, list[RunOutput]] = {p: [] for p in policies}
                 for r in range(spec.rounds):
-                    for policy in rotated(list(policies), r):
-                        bar.set_description(f"{workload.name} c={conc} {policy} round {r + 1}")
-                        out = run_closed_loop(
-                            factory(policy, conc),
-                            workload.prompts,
-                            conc,
-                            sampling,
-                            (policy, workload.name),
-                            record=policy == spec.trace_policy and r == 0,
-                            on_request_done=lambda: bar.update(1),
-                        )
+                    order = rotated(list(policies), r)
+                    outs = _round(factory, workload, conc, order, sampling, spec, r, bar)
+                    for policy, out in zip(order, outs, strict=True):
                         cell[policy].append(out)
                 for policy in policies:
                     _settle_cell(result, cell, policy, spec, gap, on_run)
     finally:
         bar.close()
     return result
+
+
+def _round(
+    factory: EngineFactory,
+    workload: Workload,
+    conc: int,
+    order: Sequence[str],
+    sampling: SamplingParams,
+    spec: SuiteSpec,
+    r: int,
+    bar: Any,
+) -> list[RunOutput]:
+    """Round ``r`` of one cell: every policy of ``order`` in lockstep, or one after another."""
+
+    def loop(policy: str) -> ClosedLoop:
+        return ClosedLoop(
+            factory(policy, conc),
+            workload.prompts,
+            conc,
+            sampling,
+            (policy, workload.name),
+            record=policy == spec.trace_policy and r == 0,
+            on_request_done=lambda: bar.update(1),
+        )
+
+    if spec.lockstep:
+        bar.set_description(f"{workload.name} c={conc} round {r + 1}")
+        return run_lockstep([loop(p) for p in order])
+    outs = []
+    for policy in order:
+        bar.set_description(f"{workload.name} c={conc} {policy} round {r + 1}")
+        outs.extend(run_lockstep([loop(policy)]))
+    return outs
 
 
 def _settle_cell(

@@ -68,6 +68,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--rounds", type=int, default=3, help="interleaved rounds per cell (order rotated)"
     )
+    p.add_argument(
+        "--interleave",
+        choices=("step", "run"),
+        default="step",
+        help="step: a round runs every policy's engine at once, one step each in turn, each "
+        "timed on its own steps (drift shared step by step); run: one policy's run after another",
+    )
     p.add_argument("--quick", action="store_true", help="a few-minute run: " + str(QUICK))
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="plots, traces, JSON")
     p.add_argument("--json", type=Path, default=None, help="JSON path (default OUT/bench.json)")
@@ -150,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         trace_policy=None if args.no_projection else TRACE_POLICY,
         rounds=args.rounds,
+        lockstep=args.interleave == "step",
     )
 
     def gap(prompt_ids: list[int], prefix: list[int]) -> float:

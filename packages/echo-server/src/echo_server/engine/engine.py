@@ -221,7 +221,8 @@ class Engine:
         ids = [s.request_id for s in batch]
         keep = kept_rows(tree, accepted, n_acc)
         self.drafter.observe(feedback(ids, out, keep, result.bonus_token))
-        self.policy.observe(StepOutcome(n_acc, tree.nodes_per_request()))
+        draft_s = timer.seconds.get("draft")  # drafter calls and policy, measured
+        self.policy.observe(StepOutcome(n_acc, tree.nodes_per_request(), draft_s))
         timer.mark("commit")
         root_positions = torch.tensor(  # host bookkeeping for the step report
             [len(s.context) - 1 for s in batch], dtype=torch.int64, device="cpu"

@@ -1,0 +1,72 @@
+"""Lockstep rounds: several engines stepped in turn, each timed on its own work only."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from echo_core.sampling import SamplingParams
+from echo_server.bench.harness import ClosedLoop, run_closed_loop, run_lockstep
+from echo_server.bench.workloads import load_workloads
+from echo_server.cli import build_parser
+from echo_server.cli.bench import _factory
+from echo_server.engine import Engine
+from echo_server.engine.report import StepReport
+from echo_server.model.loader import LoadedModel
+
+ARGV = ["bench", "--policies", "plain", "echo", "--workloads", "mtbench", "--num-prompts", "3"]
+
+
+@pytest.mark.slow
+def test_lockstep_steps_every_engine_in_turn_and_clocks_each_alone(smollm: LoadedModel) -> None:
+    args = build_parser().parse_args(ARGV)
+    workloads = load_workloads(args.workloads, args.num_prompts)
+    make = _factory(smollm, args, workloads)
+    prompts, greedy = workloads[0].prompts, SamplingParams(temperature=0.0, max_tokens=6)
+    turns: list[str] = []
+
+    def spied(policy: str) -> Engine:
+        engine: Engine = make(policy, 2)
+        step = engine.step
+
+        def counted() -> StepReport:
+            turns.append(policy)
+            return step()
+
+        engine.step = counted  # type: ignore[method-assign]
+        return engine
+
+    loops = [ClosedLoop(spied(p), prompts, 2, greedy, (p, "mtbench")) for p in ("plain", "echo")]
+    t0 = time.perf_counter()
+    plain, echo = run_lockstep(loops)
+    elapsed = time.perf_counter() - t0
+
+    # one step each in turn (the order rotates each turn) until a loop runs out
+    n = min(turns.count("plain"), turns.count("echo"))
+    for i in range(n):
+        assert sorted(turns[2 * i : 2 * i + 2]) == ["echo", "plain"]
+    assert plain.outputs == echo.outputs  # greedy speculation is lossless
+    assert plain.result.requests == echo.result.requests == 3
+    # each loop's clock holds its own work only: the two together fit in the elapsed time
+    assert 0 < plain.result.wall_s < elapsed
+    assert 0 < echo.result.wall_s < elapsed
+    assert plain.result.wall_s + echo.result.wall_s <= elapsed
+    assert plain.result.steps == turns.count("plain")
+
+    alone = run_closed_loop(make("plain", 2), prompts, 2, greedy, ("plain", "mtbench"))
+    assert alone.outputs == plain.outputs
+    assert alone.result.steps == plain.result.steps
+
+
+def test_a_loop_refuses_a_zero_concurrency_and_an_early_finish(smollm: LoadedModel) -> None:
+    args = build_parser().parse_args(ARGV)
+    workloads = load_workloads(args.workloads, 1)
+    make = _factory(smollm, args, workloads)
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)
+    with pytest.raises(ValueError, match="concurrency"):
+        ClosedLoop(make("plain", 1), workloads[0].prompts, 0, greedy, ("plain", "mtbench"))
+    loop = ClosedLoop(make("plain", 1), workloads[0].prompts, 1, greedy, ("plain", "mtbench"))
+    assert loop.step()
+    with pytest.raises(RuntimeError, match="in flight"):
+        loop.finish()
