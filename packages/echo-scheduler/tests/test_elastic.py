@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from echo_scheduler.cost import ProfileCost, VerifyCostModel
-from echo_scheduler.elastic import ElasticFloor
+from echo_scheduler.elastic import ElasticFloor, step_batch
 from echo_scheduler.errors import CostModelError, PolicyError
 from echo_scheduler.interface import StepBatch
 
@@ -101,6 +101,35 @@ def test_drafting_splits_into_a_price_per_call_and_per_node() -> None:
     got = floor.floor(4)
     assert got.depth_price == pytest.approx(got.throughput * 0.001, rel=1e-6)
     assert got.node_price == pytest.approx(got.throughput * 0.0005, rel=1e-6)
+
+
+def test_draft_rows_are_priced_by_their_own_measured_scale() -> None:
+    # request rows cost what the profile says, draft rows twice that (long contexts): the
+    # verify time splits into s_req = 1 and s_row = 2, and rows are priced at s_row
+    cost = VerifyCostModel(0.020, 0.002, 0.0, 0.0)
+    floor = ElasticFloor(cost)
+    assert floor.row_scale() == floor.verify_scale == 1.0  # nothing observed yet
+    for b, n in ((4, 8), (8, 2), (2, 6), (8, 0), (6, 12)):
+        t_b, t_bn = cost.latency_at(b), cost.latency_at(b + n)
+        floor.observe(b, n, b + n // 2, t_b + 2.0 * (t_bn - t_b), 0.0, 0.0, 1 if n else 0)
+    assert floor.row_scale() == pytest.approx(2.0, rel=1e-6)
+    got = floor.floor(4)
+    assert got.min_utility == pytest.approx(got.throughput * 2.0 * 0.002, rel=1e-6)
+    batch = step_batch(floor, 16, torch.full((4,), 8))
+    assert batch.row_price is not None
+    assert batch.row_price.scale == pytest.approx(2.0, rel=1e-6)
+
+
+def test_the_row_scale_falls_back_and_is_clamped() -> None:
+    cost = VerifyCostModel(0.020, 0.002, 0.0, 0.0)
+    plain = ElasticFloor(cost, alpha=1.0)
+    plain.observe(4, 0, 4, 2 * cost.latency_at(4), 0.0, 0.0, 0)  # no draft row: no split
+    assert plain.row_scale() == plain.verify_scale == pytest.approx(2.0)
+    wild = ElasticFloor(cost)
+    for b, n in ((4, 8), (8, 2), (2, 6)):
+        t_b, t_bn = cost.latency_at(b), cost.latency_at(b + n)
+        wild.observe(b, n, b, t_b - 0.9 * (t_bn - t_b), 0.0, 0.0, 1)  # rows "save" time
+    assert wild.row_scale() == pytest.approx(wild.verify_scale / 4.0)  # at least s / 4
 
 
 def test_proportional_calls_and_nodes_cannot_be_split() -> None:

@@ -24,7 +24,11 @@ other work ``o`` (seconds per step), drafter seconds per drafted depth ``t_d``, 
 contention and drift). For a step over B requests it then evaluates, with ``T = B (1 + v)``:
 
     R = B m / (s t(T) + o),   u_min = R dt,   depth_price = R t_d,
-    dt = s max( (t(T) - t(B)) / (T - B),  (t(T + h) - t(T)) / h ),   h = max(1, B / 8)
+    dt = s_row max( (t(T) - t(B)) / (T - B),  (t(T + h) - t(T)) / h ),   h = max(1, B / 8)
+
+where ``s_row`` is the measured over modelled cost of the draft rows alone
+(:meth:`ElasticFloor.row_scale`, a least-squares split of the verify time into request rows and
+draft rows; ``s`` until steps have drafted). The exact cut's row price uses ``s_row`` too.
 
 ``dt`` is the larger of two prices of a row. The secant from plain decoding (the mean cost of the
 draft rows actually verified lately) guards a concave start: on a CPU the first rows after one
@@ -72,6 +76,7 @@ class ElasticFloor:
         self.verify_scale = 1.0  # s
         self.steps = 0
         self._draft_moments: list[float] | None = None  # EMA of c^2, ce, e^2, cs, es
+        self._verify_moments: list[float] | None = None  # EMA of p^2, pq, q^2, pv, qv
 
     def floor(self, batch_size: int) -> Floor:
         """u_min, the depth price and R for a step over ``batch_size`` requests."""
@@ -88,12 +93,32 @@ class ElasticFloor:
         secant = (self.cost.latency_at(b + drafts) - plain) / drafts
         h = max(1.0, b / 8.0)
         slope = (self.cost.latency_at(rows + h) - self.cost.latency_at(rows)) / h
-        marginal = max(self.verify_scale * max(secant, slope), 0.0)
+        marginal = max(self.row_scale() * max(secant, slope), 0.0)
         split = self.draft_split()
         if split is None:
             return Floor(rate * marginal, rate * self.draft_s_per_depth, rate)
         per_call, per_node = split
         return Floor(rate * marginal, rate * per_call, rate, rate * per_node)
+
+    def row_scale(self) -> float:
+        """``s_row``: measured over modelled cost of the draft rows alone, from the weighted
+        least-squares fit ``verify_s ~ s_req t(B) + s_row (t(B + N) - t(B))`` over the observed
+        steps (weights decaying by ``1 - alpha``), clamped to ``[s / 4, 4 s]``; ``s`` while the
+        fit is degenerate (no drafted step yet, or N always proportional to B).
+
+        The profile is measured once at a fixed context; a draft row attends to its request's
+        whole context, so at long contexts its cost grows faster than the request rows' and one
+        scale ``s`` for both undercharges it (dev CPU, concurrency 8, MT-Bench: ``s`` 1.6-1.7,
+        ``s_row`` 1.9-2.4)."""
+        s, m = self.verify_scale, self._verify_moments
+        if m is None:
+            return s
+        pp, pq, qq, pv, qv = m
+        det = pp * qq - pq * pq
+        if pp <= 0 or qq <= 0 or det <= 1e-4 * pp * qq:
+            return s
+        row = (qv * pp - pv * pq) / det
+        return min(max(row, s / 4.0), 4.0 * s)
 
     def draft_split(self) -> tuple[float, float] | None:
         """``(c_call, c_node)``: drafter seconds per call and per expanded node, the weighted
@@ -143,6 +168,16 @@ class ElasticFloor:
         predicted = self.cost.latency_at(b + verified)
         if predicted > 0 and verify_s > 0:
             self.verify_scale += a * (verify_s / predicted - self.verify_scale)
+            p = self.cost.latency_at(b)
+            q = predicted - p
+            sample = [p * p, p * q, q * q, p * verify_s, q * verify_s]
+            if self._verify_moments is None:
+                self._verify_moments = sample
+            else:
+                self._verify_moments = [
+                    m + self.alpha * (x - m)
+                    for m, x in zip(self._verify_moments, sample, strict=True)
+                ]
         if depths > 0:
             per_depth = draft_s / depths
             first = self.draft_s_per_depth == 0.0
@@ -194,7 +229,8 @@ def step_batch(
     if floor is None:
         return StepBatch(b, budget, max_nodes, requests=requests)
     f = floor.floor(b)
-    price = RowPrice(f.throughput, floor.cost, floor.verify_scale) if f.throughput > 0 else None
+    scale = floor.row_scale()
+    price = RowPrice(f.throughput, floor.cost, scale) if f.throughput > 0 else None
     return StepBatch(
         b,
         budget,
