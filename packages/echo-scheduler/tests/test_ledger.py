@@ -76,15 +76,24 @@ def test_echo_charges_the_timed_draft_phase_at_the_run_rate() -> None:
     work = SyntheticWorkload.llama().sample(4, 1, torch.Generator().manual_seed(3))
     st = work[0].with_max_nodes(torch.full((4,), 1000))
     price = RowPrice(rate=50.0, latency=_LinearLatency(0.01, 0.002))
+    # an undrafted step first (every request at its cap): its 4 ms of draft phase is the
+    # set-up every step pays, d_0
+    capped = torch.zeros(4, dtype=torch.int64)
+    full = StepBatch(4, 16, capped, min_utility=0.01, depth_price=0.01, row_price=price)
+    assert drive_step(policy, SimSource(st.with_max_nodes(capped)), full, strict=True).depths == 0
+    none = torch.zeros(4, dtype=torch.int64)
+    policy.observe(StepOutcome(none, none, draft_s=0.004))
+    assert policy.ledger.summary() == {}
     batch = StepBatch(4, 16, st.max_nodes, min_utility=0.01, depth_price=0.01, row_price=price)
     run = drive_step(policy, SimSource(st), batch, strict=True)
     assert run.depths > 0
     verified = torch.bincount(run.pool.request_index()[run.keep], minlength=4)
     n = int(verified.sum())
-    policy.observe(StepOutcome(torch.zeros(4, dtype=torch.int64), verified, draft_s=0.02))
+    policy.observe(StepOutcome(none, verified, draft_s=0.02))
     bucket = policy.ledger.summary()[DraftLedger.bucket(4)]
-    # v = (A - c_rows - R_run d) / roots, with c_rows = R_run (t(B + N) - t(B))
-    assert bucket["per_root"] == pytest.approx((0 - 50.0 * 0.002 * n - 50.0 * 0.02) / 4)
+    # v = (A - c_rows - R_run (d - d_0)) / roots, with c_rows = R_run (t(B + N) - t(B))
+    expected = (0 - 50.0 * 0.002 * n - 50.0 * (0.02 - 0.004)) / 4
+    assert bucket["per_root"] == pytest.approx(expected)
     assert bucket["calls"] == 0.0  # timed: no call is priced on top
 
 

@@ -103,8 +103,9 @@ class ElasticFloor:
     def row_scale(self) -> float:
         """``s_row``: measured over modelled cost of the draft rows alone, from the weighted
         least-squares fit ``verify_s ~ s_req t(B) + s_row (t(B + N) - t(B))`` over the observed
-        steps (weights decaying by ``1 - alpha``), clamped to ``[s / 4, 4 s]``; ``s`` while the
-        fit is degenerate (no drafted step yet, or N always proportional to B).
+        steps (weights decaying by ``1 - alpha / 2``), clamped to ``[s / 4, 4 s]``; ``s`` while
+        the fit is ill-conditioned (no drafted step yet, or N nearly proportional to B:
+        ``det < 0.01 pp qq`` of the normal equations), or within 1e-9 of ``s``.
 
         The profile is measured once at a fixed context; a draft row attends to its request's
         whole context, so at long contexts its cost grows faster than the request rows' and one
@@ -115,9 +116,11 @@ class ElasticFloor:
             return s
         pp, pq, qq, pv, qv = m
         det = pp * qq - pq * pq
-        if pp <= 0 or qq <= 0 or det <= 1e-4 * pp * qq:
+        if pp <= 0 or qq <= 0 or det <= 1e-2 * pp * qq:  # rows ~ requests: no stable split
             return s
         row = (qv * pp - pv * pq) / det
+        if abs(row - s) <= 1e-9 * s:  # the profile is exact (the replay): keep s to the bit
+            return s
         return min(max(row, s / 4.0), 4.0 * s)
 
     def draft_split(self) -> tuple[float, float] | None:
@@ -174,9 +177,9 @@ class ElasticFloor:
             if self._verify_moments is None:
                 self._verify_moments = sample
             else:
+                w = self.alpha / 2.0  # a longer memory than s's: the split is noisier
                 self._verify_moments = [
-                    m + self.alpha * (x - m)
-                    for m, x in zip(self._verify_moments, sample, strict=True)
+                    m + w * (x - m) for m, x in zip(self._verify_moments, sample, strict=True)
                 ]
         if depths > 0:
             per_depth = draft_s / depths

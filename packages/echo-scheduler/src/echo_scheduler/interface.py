@@ -44,7 +44,8 @@ from echo_scheduler.errors import PolicyError
 class RowPrice:
     """What a verified row costs this step, for a policy's exact cut (echo_scheduler.cut):
     ``lam`` tokens per second (the run rate a row's time is worth) and ``scale * latency(T)``
-    seconds for T verify rows."""
+    seconds for T verify rows. Only differences over T are used (the cut, ECHO's ledger), so
+    ``scale`` is the draft rows' own scale ``s_row`` (echo_scheduler.elastic)."""
 
     rate: float
     latency: LatencyModel

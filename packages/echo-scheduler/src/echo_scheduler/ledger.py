@@ -26,7 +26,8 @@ tokens from drafting.
 
 Measured drafting. When the caller timed the step's draft phase (the engine does: every drafter
 call and the policy's own work, d seconds), the modelled drafting prices are replaced by what
-it cost, ``c_draft = R_run d`` tokens:
+it cost beyond an undrafted step's set-up ``d_0`` (the policy's moving average of undrafted
+steps' draft phases), ``c_draft = R_run max(d - d_0, 0)`` tokens:
 
     V = A - c_rows - c_draft,   v = V / R,   and C counts as 0 in G
 

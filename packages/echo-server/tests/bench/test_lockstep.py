@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
 from echo_core.sampling import SamplingParams
-from echo_server.bench.harness import ClosedLoop, run_closed_loop, run_lockstep
+from echo_server.bench.harness import ClosedLoop, run_closed_loop, run_lockstep, step_in_turn
 from echo_server.bench.workloads import load_workloads
 from echo_server.cli import build_parser
 from echo_server.cli.bench import _factory
@@ -70,3 +71,28 @@ def test_a_loop_refuses_a_zero_concurrency_and_an_early_finish(smollm: LoadedMod
     assert loop.step()
     with pytest.raises(RuntimeError, match="in flight"):
         loop.finish()
+    fresh = ClosedLoop(make("plain", 1), workloads[0].prompts, 1, greedy, ("plain", "mtbench"))
+    with pytest.raises(RuntimeError, match="waiting"):
+        fresh.finish()  # never stepped
+
+
+def test_turns_rotate_by_one_and_drop_finished_loops() -> None:
+    calls: list[int] = []
+    left = [4, 4, 2]  # steps each loop still has
+
+    def stepper(i: int) -> Callable[[], bool]:
+        def step() -> bool:
+            if left[i] == 0:
+                return False
+            calls.append(i)
+            left[i] -= 1
+            return True
+
+        return step
+
+    step_in_turn([stepper(i) for i in range(3)])
+    turns = [calls[0:3], calls[3:6], calls[6:8], calls[8:10]]
+    # loop 2 has nothing left in the third turn (it would have led): 0 and 1 step, then the
+    # fourth turn starts at the second of the two still live
+    assert turns == [[0, 1, 2], [1, 2, 0], [0, 1], [1, 0]]
+    assert left == [0, 0, 0]

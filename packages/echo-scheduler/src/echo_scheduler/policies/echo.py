@@ -145,6 +145,7 @@ class EchoPolicy(BasePolicy):
         self._starved: dict[int, int] = {}  # serial -> consecutive steps without a verified row
         self._presence = Presence()  # when to forget a request's count
         self._aged: Tensor | None = None  # [B] bool, this step's aged requests (None: none)
+        self._plain_draft_s: float | None = None  # d_0: undrafted steps' draft phase, seconds
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -231,6 +232,11 @@ class EchoPolicy(BasePolicy):
             some = sum(rows) > 0
             for r, v in zip(batch.requests.tolist(), rows, strict=True):
                 self._starved[r] = self._starved.get(r, 0) + 1 if some and v == 0 else 0
+        if outcome.draft_s is not None and not self._roots:  # an undrafted step's set-up
+            base = self._plain_draft_s
+            self._plain_draft_s = (
+                outcome.draft_s if base is None else base + 0.25 * (outcome.draft_s - base)
+            )
         if self.ledger is None or batch is None or not self._roots:
             return
         verified = int(outcome.verified.sum())
@@ -250,13 +256,15 @@ class EchoPolicy(BasePolicy):
         if ledger is not None:
             ledger.record(step)
 
-    @staticmethod
-    def _draft_cost(batch: StepBatch, draft_s: float | None) -> float | None:
-        """``c_draft = R_run d`` tokens for a timed draft phase of ``d`` seconds (the ledger's
-        measured drafting); None when the step was not timed or has no run rate."""
+    def _draft_cost(self, batch: StepBatch, draft_s: float | None) -> float | None:
+        """``c_draft = R_run max(d - d_0, 0)`` tokens for a timed draft phase of ``d`` seconds
+        (the ledger's measured drafting), ``d_0`` the moving average (weight 0.25) of undrafted
+        steps' draft phases (their set-up, paid by every step; 0 before any); None when the
+        step was not timed or has no run rate."""
         if draft_s is None or batch.row_price is None:
             return None
-        return batch.row_price.rate * draft_s
+        base = self._plain_draft_s or 0.0
+        return batch.row_price.rate * max(draft_s - base, 0.0)
 
     def _depth_price(self) -> float:
         """Tokens one more drafter call must promise: the engine's price, else the config's."""

@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import torch
+
 from echo_core.sampling import SamplingParams
 from echo_scheduler.trace import RecordedStep
 from echo_server.bench.fairness import RequestTimes
@@ -92,15 +94,26 @@ def run_closed_loop(
 def run_lockstep(loops: Sequence[ClosedLoop]) -> list[RunOutput]:
     """Run several closed loops at once, one engine step each in turn (the order rotated every
     turn) until all are done: the machine's drift within a run lands on every loop alike, at the
-    granularity of a step instead of a run. Each loop's times are its own steps' (its clock),
-    so its throughput and latencies are those of the engine running alone."""
-    live = list(loops)
+    granularity of a step instead of a run. Each loop's times are its own steps' (its clock):
+    its throughput and latencies are those of its engine's work, though the engines share the
+    machine's caches step by step (alike for every loop: the order rotates). Every loop's engine
+    and KV pool exist at once: N loops hold N times the memory of one."""
+    step_in_turn([loop.step for loop in loops])
+    return [loop.finish() for loop in loops]
+
+
+def step_in_turn(steps: Sequence[Callable[[], bool]]) -> None:
+    """Call every ``steps[i]`` once per turn until it returns False, turn t starting at the t-th
+    still-live one (mod their number) and going round in the given order: with three live,
+    turns go 0 1 2, 1 2 0, 2 0 1, 0 1 2, ... so each leads equally often and none steps twice in
+    a row more often than another."""
+    live = list(range(len(steps)))  # in the given order; only the starting point rotates
     turn = 0
     while live:
-        order = live[turn % len(live) :] + live[: turn % len(live)]
-        live = [loop for loop in order if loop.step()]
+        k = turn % len(live)
+        done = {i for i in live[k:] + live[:k] if not steps[i]()}
+        live = [i for i in live if i not in done]
         turn += 1
-    return [loop.finish() for loop in loops]
 
 
 class ClosedLoop:
@@ -150,6 +163,8 @@ class ClosedLoop:
     def _timed(self, work: Callable[[], None]) -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         work()
+        if self.engine.device.type == "cuda":  # queued kernels are this loop's work, not the next
+            torch.cuda.synchronize(self.engine.device)
         self.wall += time.perf_counter() - t0
         self.cpu += time.process_time() - c0
 
@@ -229,8 +244,8 @@ class ClosedLoop:
 
     def finish(self) -> RunOutput:
         """The run's row; call once :meth:`step` has returned False."""
-        if self.engine.has_work():
-            raise RuntimeError("the loop still has requests in flight")
+        if not self._started or self.queue or self.engine.has_work():
+            raise RuntimeError("the loop still has requests in flight or waiting")
         if self.pending:
             raise RuntimeError(f"{len(self.pending)} captured steps never settled")
         engine, wall, cpu, outputs = self.engine, self.wall, self.cpu, self.outputs

@@ -73,7 +73,8 @@ def add_parser(sub: Any) -> None:
         choices=("step", "run"),
         default="step",
         help="step: a round runs every policy's engine at once, one step each in turn, each "
-        "timed on its own steps (drift shared step by step); run: one policy's run after another",
+        "timed on its own steps (drift shared step by step; every engine's KV pool is held at "
+        "once); run: one policy's run after another",
     )
     p.add_argument("--quick", action="store_true", help="a few-minute run: " + str(QUICK))
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="plots, traces, JSON")

@@ -1,0 +1,90 @@
+"""ECHO's draft ledger, three ways, against plain decoding in lockstep rounds.
+
+Arms (every one the embedded default engine; only the ledger differs):
+
+- ``echo``: the shipped ledger. A drafted step is charged its measured draft-phase seconds at the
+  run rate (``StepOutcome.draft_s``), with the upper-bound decision (``z = 1``).
+- ``echo-z0``: the same, deciding on the mean value (``z = 0``), no optimism.
+- ``echo-priced``: the ledger before measured drafting: the engine's draft time is withheld, so
+  a drafted step is charged the fitted per-call and per-node prices.
+
+    .venv/bin/python packages/echo-server/scripts/bench_ledger_variants.py --rounds 4 \\
+        --concurrency 8 --workloads mtbench humaneval --prompts docs/bench/holdout.jsonl
+
+Prints one line per (workload, arm): the median speedup over plain decoding over the rounds,
+its 95% interval, the rounds, the mean accepted length, the steps of the median round and
+whether every output equalled plain decoding's.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from echo_scheduler.interface import StepOutcome
+from echo_scheduler.policies.echo import EchoPolicy
+from echo_server.bench.suite import SuiteSpec, run_suite
+from echo_server.bench.workloads import load_workloads
+from echo_server.cli import build_parser
+from echo_server.cli.bench import _factory
+from echo_server.cli.options import load
+from echo_server.engine import Engine
+
+ARMS = ("plain", "echo", "echo-z0", "echo-priced")
+
+
+def _variant(engine: Engine, arm: str) -> Engine:
+    policy = engine.policy
+    if not isinstance(policy, EchoPolicy) or policy.ledger is None:
+        raise TypeError("the ledger variants need ECHO with its ledger")
+    if arm == "echo-z0":
+        policy.ledger.z = 0.0
+        if policy.shallow_ledger is not None:
+            policy.shallow_ledger.z = 0.0
+    elif arm == "echo-priced":
+        observe = policy.observe
+
+        def untimed(outcome: StepOutcome) -> None:
+            observe(StepOutcome(outcome.accepted_lengths, outcome.verified))
+
+        policy.observe = untimed  # type: ignore[method-assign]
+    return engine
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--workloads", nargs="*", default=["mtbench", "humaneval"])
+    p.add_argument("--prompts", type=Path, default=None)
+    p.add_argument("--num-prompts", type=int, default=16)
+    p.add_argument("--max-tokens", type=int, default=64)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    argv = ["bench", "--threads", "1", "--max-tokens", str(a.max_tokens)]
+    argv += ["--workloads", *a.workloads]
+    if a.prompts is not None:
+        argv += ["--prompts", str(a.prompts)]
+    args = build_parser().parse_args(argv)
+    workloads = load_workloads(args.workloads, a.num_prompts, args.prompts)
+    make = _factory(load(args), args, workloads)
+
+    def factory(arm: str, concurrency: int) -> Engine:
+        engine: Engine = make("echo" if arm.startswith("echo") else arm, concurrency)
+        return _variant(engine, arm) if arm in ("echo-z0", "echo-priced") else engine
+
+    spec = SuiteSpec(ARMS, (a.concurrency,), a.max_tokens, rounds=a.rounds)
+    for r in run_suite(factory, workloads, spec, progress=False).runs:
+        ci = r.speedup_ci95 or (float("nan"), float("nan"))
+        rounds = ", ".join(f"{x:.3f}" for x in r.speedup_rounds)
+        print(
+            f"{r.workload} {r.policy}: {r.speedup:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] "
+            f"rounds {rounds}; MAT {r.mean_accepted_length:.3f}; steps {r.steps}; "
+            f"outputs match {r.outputs_match}"
+        )
+
+
+if __name__ == "__main__":
+    main()
