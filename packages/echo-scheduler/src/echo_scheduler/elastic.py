@@ -181,13 +181,8 @@ class ElasticFloor:
             p = self.cost.latency_at(b)
             q = predicted - p
             sample = [p * p, p * q, q * q, p * verify_s, q * verify_s]
-            if self._verify_moments is None:
-                self._verify_moments = sample
-            else:
-                w = self.alpha / 2.0  # a longer memory than s's: the split is noisier
-                self._verify_moments = [
-                    m + w * (x - m) for m, x in zip(self._verify_moments, sample, strict=True)
-                ]
+            # a longer memory than s's: the split is noisier
+            self._verify_moments = _ema(self._verify_moments, sample, self.alpha / 2.0)
         if depths > 0:
             per_depth = draft_s / depths
             first = self.draft_s_per_depth == 0.0
@@ -195,13 +190,7 @@ class ElasticFloor:
             if expansions is not None and expansions >= 0:
                 c, e = float(depths), float(expansions)
                 sample = [c * c, c * e, e * e, c * draft_s, e * draft_s]
-                if self._draft_moments is None:
-                    self._draft_moments = sample
-                else:
-                    self._draft_moments = [
-                        m + self.alpha * (x - m)
-                        for m, x in zip(self._draft_moments, sample, strict=True)
-                    ]
+                self._draft_moments = _ema(self._draft_moments, sample, self.alpha)
         self.steps += 1
 
     def observe_phases(
@@ -227,6 +216,13 @@ class ElasticFloor:
             depths,
             expansions,
         )
+
+
+def _ema(moments: list[float] | None, sample: list[float], weight: float) -> list[float]:
+    """Moving averages ``m + weight (x - m)`` of ``sample``, starting at the first sample."""
+    if moments is None:
+        return sample
+    return [m + weight * (x - m) for m, x in zip(moments, sample, strict=True)]
 
 
 def step_batch(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from echo_core.sampling import SamplingParams
-from echo_server.bench.harness import ClosedLoop, run_closed_loop, run_lockstep, step_in_turn
+from echo_server.bench.harness import ClosedLoop, run_lockstep, step_in_turn
 from echo_server.bench.workloads import load_workloads
 from echo_server.cli import build_parser
 from echo_server.cli.bench import _factory
@@ -55,7 +55,9 @@ def test_lockstep_steps_every_engine_in_turn_and_clocks_each_alone(smollm: Loade
     assert plain.result.wall_s + echo.result.wall_s <= elapsed
     assert plain.result.steps == turns.count("plain")
 
-    alone = run_closed_loop(make("plain", 2), prompts, 2, greedy, ("plain", "mtbench"))
+    (alone,) = run_lockstep(
+        [ClosedLoop(make("plain", 2), prompts, 2, greedy, ("plain", "mtbench"))]
+    )
     assert alone.outputs == plain.outputs
     assert alone.result.steps == plain.result.steps
 

@@ -71,28 +71,9 @@ class _Clock:
         self.last[request_id] = now
 
 
-def run_closed_loop(
-    engine: Engine,
-    prompts: Sequence[Prompt],
-    concurrency: int,
-    sampling: SamplingParams,
-    labels: tuple[str, str],
-    record: bool = False,
-    on_request_done: Callable[[], None] | None = None,
-) -> RunOutput:
-    """Serve ``prompts`` through ``engine`` with ``concurrency`` requests in flight.
-
-    ``sampling`` applies to every request (a prompt's own ``max_tokens`` wins; request i gets
-    seed ``sampling.seed + i`` when a seed is set); ``labels`` = (policy, workload).
-    """
-    loop = ClosedLoop(engine, prompts, concurrency, sampling, labels, record, on_request_done)
-    while loop.step():
-        pass
-    return loop.finish()
-
-
 def run_lockstep(loops: Sequence[ClosedLoop]) -> list[RunOutput]:
-    """Run several closed loops at once, one engine step each in turn (the order rotated every
+    """Run several closed loops at once (one alone: a plain closed-loop run), one engine step
+    each in turn (the order rotated every
     turn) until all are done: the machine's drift within a run lands on every loop alike, at the
     granularity of a step instead of a run. Each loop's times are its own steps' (its clock):
     its throughput and latencies are those of its engine's work, though the engines share the
