@@ -7,7 +7,8 @@ import torch
 
 from echo_core.tolerance import float_tolerance
 from echo_server.drafting.base import ExpandRequest
-from echo_server.drafting.eagle_drafter import EagleDrafter, tree_mask
+from echo_server.drafting.eagle_drafter import EagleDrafter, default_draft_dtype, tree_mask
+from echo_server.model.linear import packing_available
 from echo_server.training.testing import HIDDEN, VOCAB, feedback, tiny_config, tiny_head
 from echo_server.training.unroll import unrolled_features
 
@@ -179,6 +180,21 @@ def test_bfloat16_drafting_stays_close_to_float32() -> None:
         atol = float_tolerance(torch.bfloat16, REDUCTION, depth, scale=scale)
         for token, lp in exact.items():
             assert approx[token] == pytest.approx(lp, abs=atol)
+
+
+def test_draft_dtype_follows_the_machine_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ECHO_DRAFT_DTYPE", raising=False)
+    bf16 = torch.zeros(1, 1, dtype=torch.bfloat16)
+    amx = torch.cpu._is_amx_tile_supported() and packing_available(bf16, allow_bf16=True)
+    f32 = packing_available(torch.zeros(1, 1))
+    want = torch.bfloat16 if amx or not f32 else torch.float32
+    assert default_draft_dtype() == want
+    for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        monkeypatch.setenv("ECHO_DRAFT_DTYPE", name)
+        assert default_draft_dtype() == dtype
+    monkeypatch.setenv("ECHO_DRAFT_DTYPE", "fp8")
+    with pytest.raises(ValueError, match="ECHO_DRAFT_DTYPE"):
+        default_draft_dtype()
 
 
 def test_aux_head_drafting_reproduces_the_training_unroll() -> None:

@@ -164,19 +164,23 @@ class EagleHead(nn.Module):
 
     def pack_for_inference(self) -> bool:
         """Serve the projections through oneDNN-packed weights (model/linear.py); training
-        (autograd) keeps ``nn.Linear``. Only float32 CPU heads pack; returns whether it did.
-        Call again after changing the weights, :meth:`unpack` to drop the packed copies."""
-        if not self.attached or not packing_available(self.fc.weight):
+        (autograd) keeps ``nn.Linear``. float32 and bfloat16 CPU heads pack; returns whether it
+        did. Call again after changing the weights, :meth:`unpack` to drop the packed copies."""
+        if not self.attached or not packing_available(self.fc.weight, allow_bf16=True):
             self.unpack()
             return False
+
+        def pack(weight: Tensor, bias: Tensor | None = None) -> Linear:
+            return Linear(weight.detach(), None if bias is None else bias.detach(), True)
+
         self._packed = _Projections(
-            Linear(self.fc.weight.detach(), self.fc.bias.detach()),
-            Linear(self.qkv.weight.detach()),
-            Linear(self.o_proj.weight.detach()),
-            Linear(self.gate_up.weight.detach()),
-            Linear(self.down.weight.detach()),
-            Linear(self.out_rows.detach()),
-            None if self.aux_fc is None else Linear(self.aux_fc.weight.detach()),
+            pack(self.fc.weight, self.fc.bias),
+            pack(self.qkv.weight),
+            pack(self.o_proj.weight),
+            pack(self.gate_up.weight),
+            pack(self.down.weight),
+            pack(self.out_rows),
+            None if self.aux_fc is None else pack(self.aux_fc.weight),
         )
         return True
 

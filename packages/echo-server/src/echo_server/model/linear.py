@@ -43,11 +43,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def packing_available(weight: Tensor) -> bool:
-    """Whether :class:`Linear` will prepack ``weight`` (float32, CPU, oneDNN ops present)."""
+def packing_available(weight: Tensor, allow_bf16: bool = False) -> bool:
+    """Whether :class:`Linear` will prepack ``weight`` (float32, or bfloat16 when
+    ``allow_bf16``; CPU; oneDNN ops present). The target model packs float32 only; the draft
+    head opts into bfloat16 (drafting/eagle_drafter.py: its dtype never touches the output)."""
     if os.environ.get("ECHO_PACKED_LINEAR", "1") == "0":
         return False
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.dim() != 2:
+    dtypes = (torch.float32, torch.bfloat16) if allow_bf16 else (torch.float32,)
+    if weight.device.type != "cpu" or weight.dtype not in dtypes or weight.dim() != 2:
         return False
     if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
         return False
@@ -58,13 +61,17 @@ def packing_available(weight: Tensor) -> bool:
 class Linear:
     """``y = x W^T + b`` for ``x`` [..., in]: oneDNN-packed when available, else ``F.linear``."""
 
-    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+    def __init__(
+        self, weight: Tensor, bias: Tensor | None = None, allow_bf16: bool = False
+    ) -> None:
+        """``allow_bf16``: pack a bfloat16 ``weight`` too (:func:`packing_available`); inputs
+        must then be bfloat16."""
         self.weight: Tensor | None = weight  # [out, in]; None once released (packed only)
         self.bias = bias
         self.out_features = weight.shape[0]
         self.packed: Tensor | None = None
         self.plain_single_row = False  # 1-row calls use F.linear (module docstring)
-        if packing_available(weight):
+        if packing_available(weight, allow_bf16):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
 
     def release_plain(self) -> bool:

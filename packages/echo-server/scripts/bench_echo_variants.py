@@ -1,15 +1,18 @@
-"""ECHO's draft ledger, three ways, against plain decoding in lockstep rounds.
+"""Variants of ECHO against plain decoding in lockstep rounds, in one process.
 
-Arms (every one the embedded default engine; only the ledger differs):
+Arms (every one the embedded default engine; only the named piece differs):
 
 - ``echo``: the shipped ledger. A drafted step is charged its measured draft-phase seconds at the
   run rate (``StepOutcome.draft_s``), with the upper-bound decision (``z = 1``).
 - ``echo-z0``: the same, deciding on the mean value (``z = 0``), no optimism.
 - ``echo-priced``: the ledger before measured drafting: the engine's draft time is withheld, so
   a drafted step is charged the fitted per-call and per-node prices.
+- ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
+  (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
 
-    .venv/bin/python packages/echo-server/scripts/bench_ledger_variants.py --rounds 4 \\
-        --concurrency 8 --workloads mtbench humaneval --prompts docs/bench/holdout.jsonl
+    .venv/bin/python packages/echo-server/scripts/bench_echo_variants.py --rounds 4 \\
+        --concurrency 8 --workloads mtbench humaneval --prompts docs/bench/holdout.jsonl \\
+        --arms plain echo echo-z0 echo-priced
 
 Prints one line per (workload, arm): the median speedup over plain decoding over the rounds,
 its 95% interval, the rounds, the mean accepted length, the steps of the median round and
@@ -19,6 +22,7 @@ whether every output equalled plain decoding's.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import torch
@@ -32,7 +36,8 @@ from echo_server.cli.bench import _factory
 from echo_server.cli.options import load
 from echo_server.engine import Engine
 
-ARMS = ("plain", "echo", "echo-z0", "echo-priced")
+ARMS = ("plain", "echo", "echo-z0", "echo-priced", "echo-float32", "echo-bfloat16")
+DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
 
 def _variant(engine: Engine, arm: str) -> Engine:
@@ -61,7 +66,10 @@ def main() -> None:
     p.add_argument("--prompts", type=Path, default=None)
     p.add_argument("--num-prompts", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS[:4]))
     a = p.parse_args()
+    if "plain" not in a.arms:
+        p.error("--arms must include plain (the speedups are over it)")
     torch.set_num_threads(1)
     argv = ["bench", "--threads", "1", "--max-tokens", str(a.max_tokens)]
     argv += ["--workloads", *a.workloads]
@@ -72,10 +80,15 @@ def main() -> None:
     make = _factory(load(args), args, workloads)
 
     def factory(arm: str, concurrency: int) -> Engine:
-        engine: Engine = make("echo" if arm.startswith("echo") else arm, concurrency)
+        before = os.environ.get("ECHO_DRAFT_DTYPE")
+        os.environ["ECHO_DRAFT_DTYPE"] = DTYPE_ARMS.get(arm, before or "auto")
+        try:
+            engine: Engine = make("echo" if arm.startswith("echo") else arm, concurrency)
+        finally:
+            os.environ["ECHO_DRAFT_DTYPE"] = before or "auto"
         return _variant(engine, arm) if arm in ("echo-z0", "echo-priced") else engine
 
-    spec = SuiteSpec(ARMS, (a.concurrency,), a.max_tokens, rounds=a.rounds)
+    spec = SuiteSpec(tuple(a.arms), (a.concurrency,), a.max_tokens, rounds=a.rounds)
     for r in run_suite(factory, workloads, spec, progress=False).runs:
         ci = r.speedup_ci95 or (float("nan"), float("nan"))
         rounds = ", ".join(f"{x:.3f}" for x in r.speedup_rounds)
