@@ -9,6 +9,9 @@ Arms (every one the embedded default engine; only the named piece differs):
   a drafted step is charged the fitted per-call and per-node prices.
 - ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
   (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
+- ``POLICY@K`` (any arm above, or ``chain``, ``static``, ``eagle2``, ``global-topk``): that arm
+  with verify budget K instead of the default 16, for a peer's best-budget sweep, e.g.
+  ``--arms plain echo chain@8 chain@16 chain@32 eagle2@8 eagle2@16 eagle2@32``.
 
     .venv/bin/python packages/echo-server/scripts/bench_echo_variants.py --rounds 4 \\
         --concurrency 8 --workloads mtbench humaneval --prompts docs/bench/holdout.jsonl \\
@@ -37,6 +40,7 @@ from echo_server.cli.options import load
 from echo_server.engine import Engine
 
 ARMS = ("plain", "echo", "echo-z0", "echo-priced", "echo-float32", "echo-bfloat16")
+PEERS = ("chain", "static", "eagle2", "global-topk")
 DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
 
@@ -58,6 +62,16 @@ def _variant(engine: Engine, arm: str) -> Engine:
     return engine
 
 
+def _arm(text: str) -> str:
+    """An arm: one of the variants, or POLICY@K with a budget K >= 1 (module docstring)."""
+    name, at, budget = text.partition("@")
+    if name not in ARMS + PEERS or (not at and name in PEERS):
+        raise argparse.ArgumentTypeError(f"unknown arm {text!r}: one of {ARMS}, or POLICY@K")
+    if at and not (budget.isdigit() and int(budget) >= 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: the budget after @ must be an integer >= 1")
+    return text
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=4)
@@ -66,7 +80,7 @@ def main() -> None:
     p.add_argument("--prompts", type=Path, default=None)
     p.add_argument("--num-prompts", type=int, default=16)
     p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS[:4]))
+    p.add_argument("--arms", nargs="+", type=_arm, default=list(ARMS[:4]), help=_arm.__doc__)
     a = p.parse_args()
     if "plain" not in a.arms:
         p.error("--arms must include plain (the speedups are over it)")
@@ -79,13 +93,16 @@ def main() -> None:
     workloads = load_workloads(args.workloads, a.num_prompts, args.prompts)
     make = _factory(load(args), args, workloads)
 
-    def factory(arm: str, concurrency: int) -> Engine:
+    def factory(label: str, concurrency: int) -> Engine:
+        arm, _, budget = label.partition("@")
         before = os.environ.get("ECHO_DRAFT_DTYPE")
         os.environ["ECHO_DRAFT_DTYPE"] = DTYPE_ARMS.get(arm, before or "auto")
+        default_budget, args.budget = args.budget, int(budget) if budget else args.budget
         try:
             engine: Engine = make("echo" if arm.startswith("echo") else arm, concurrency)
         finally:
             os.environ["ECHO_DRAFT_DTYPE"] = before or "auto"
+            args.budget = default_budget
         return _variant(engine, arm) if arm in ("echo-z0", "echo-priced") else engine
 
     spec = SuiteSpec(tuple(a.arms), (a.concurrency,), a.max_tokens, rounds=a.rounds)
