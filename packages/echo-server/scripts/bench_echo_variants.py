@@ -18,8 +18,10 @@ Arms (every one the embedded default engine; only the named piece differs):
         --arms plain echo echo-z0 echo-priced
 
 Prints one line per (workload, arm): the median speedup over plain decoding over the rounds,
-its 95% interval, the rounds, the mean accepted length, the steps of the median round and
-whether every output equalled plain decoding's.
+its 95% interval, the rounds, the same while every slot was busy (``busy``: the bench's
+``steady_tokens_per_s``, bench/metrics.py), the mean accepted length, and of the median round
+the steps, draft rows verified and milliseconds per phase per step; and whether every output
+equalled plain decoding's.
 """
 
 from __future__ import annotations
@@ -109,9 +111,14 @@ def main() -> None:
     for r in run_suite(factory, workloads, spec, progress=False).runs:
         ci = r.speedup_ci95 or (float("nan"), float("nan"))
         rounds = ", ".join(f"{x:.3f}" for x in r.speedup_rounds)
+        busy = r.steady_speedup_ci95 or (float("nan"), float("nan"))
+        phases = " ".join(f"{k} {v:.1f}" for k, v in r.phase_ms_per_step.items())
+        steady = float("nan") if r.steady_speedup is None else r.steady_speedup
         print(
             f"{r.workload} {r.policy}: {r.speedup:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] "
-            f"rounds {rounds}; MAT {r.mean_accepted_length:.3f}; steps {r.steps}; "
+            f"rounds {rounds}; busy {steady:.3f} [{busy[0]:.3f}, {busy[1]:.3f}]; "
+            f"MAT {r.mean_accepted_length:.3f}; steps {r.steps}; rows/step "
+            f"{r.verified_per_step:.1f}; ms/step {phases}; "
             f"outputs match {r.outputs_match}"
         )
 

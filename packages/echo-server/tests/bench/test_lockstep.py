@@ -9,6 +9,7 @@ import pytest
 
 from echo_core.sampling import SamplingParams
 from echo_server.bench.harness import ClosedLoop, run_lockstep, step_in_turn
+from echo_server.bench.metrics import steady_rate
 from echo_server.bench.workloads import load_workloads
 from echo_server.cli import build_parser
 from echo_server.cli.bench import _factory
@@ -54,12 +55,30 @@ def test_lockstep_steps_every_engine_in_turn_and_clocks_each_alone(smollm: Loade
     assert 0 < echo.result.wall_s < elapsed
     assert plain.result.wall_s + echo.result.wall_s <= elapsed
     assert plain.result.steps == turns.count("plain")
+    # 3 prompts at concurrency 2: the third waited through the first steps, which give the
+    # busy-slot rate; the drain after it is left out
+    for loop, run in zip(loops, (plain, echo), strict=True):
+        assert loop.steady is not None
+        tokens, clock = loop.steady
+        assert 2 <= tokens < run.result.output_tokens
+        assert 0 < clock < run.result.wall_s
+        assert run.result.steady_tokens_per_s == tokens / clock
 
     (alone,) = run_lockstep(
         [ClosedLoop(make("plain", 2), prompts, 2, greedy, ("plain", "mtbench"))]
     )
     assert alone.outputs == plain.outputs
     assert alone.result.steps == plain.result.steps
+    (everyone,) = run_lockstep(
+        [ClosedLoop(make("plain", 3), prompts, 3, greedy, ("plain", "mtbench"))]
+    )
+    assert everyone.result.steady_tokens_per_s is None  # no prompt ever waited
+
+
+def test_steady_rate_needs_a_mark_with_time_in_it() -> None:
+    assert steady_rate(None) is None
+    assert steady_rate((0, 0.0)) is None
+    assert steady_rate((12, 3.0)) == 4.0
 
 
 def test_a_loop_refuses_a_zero_concurrency_and_an_early_finish(smollm: LoadedModel) -> None:

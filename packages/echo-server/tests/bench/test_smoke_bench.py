@@ -65,6 +65,13 @@ def test_smoke_bench_writes_a_valid_document(smollm: LoadedModel, tmp_path: Path
         assert 0 < run.request_speedup_min <= run.request_speedup_p10
         if run.policy == "plain":
             assert run.longest_passed_over == 0
+        # 2 prompts: at concurrency 1 the second waited (a busy-slot rate), at 2 none did
+        if run.concurrency == 1:
+            assert run.steady_speedup is not None
+            assert run.steady_speedup_ci95 is not None
+        else:
+            assert run.steady_tokens_per_s is None
+            assert run.steady_speedup is None
     assert "| humaneval | 1 | plain |" in markdown_table(result.runs)
 
     path = tmp_path / "bench.json"

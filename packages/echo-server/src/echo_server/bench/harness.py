@@ -30,6 +30,7 @@ from echo_server.bench.metrics import (
     RunAccumulator,
     RunResult,
     percentile,
+    steady_rate,
     step_over_forward,
 )
 from echo_server.bench.oracle import continuations, step_oracle
@@ -135,6 +136,8 @@ class ClosedLoop:
         self.recorded: list[RecordedStep] = []
         self.batch_sum = 0
         self.wall = self.cpu = 0.0  # the loop's own clock (class docstring)
+        self.tokens = 0  # output tokens emitted so far
+        self.steady: tuple[int, float] | None = None  # (tokens, clock) while prompts waited
         self._started = False
 
     def now(self) -> float:
@@ -169,6 +172,7 @@ class ClosedLoop:
                 self._submit_next()
         if not engine.has_work():
             return False
+        waiting = bool(self.queue)  # every slot is busy through this step
         reports = []
         self._timed(lambda: reports.append(engine.step()))
         report, now = reports[0], self.now()
@@ -177,6 +181,7 @@ class ClosedLoop:
                 raise RequestError(f"{ev.request_id}: {ev.error}")
             self.clock.emitted(ev.request_id, len(ev.token_ids), now)
             self.times.emitted(ev.request_id, len(ev.token_ids), now)
+            self.tokens += len(ev.token_ids)
             if ev.finish_reason is None:
                 continue
             state = engine.pop_finished(ev.request_id)
@@ -187,6 +192,8 @@ class ClosedLoop:
                 self.on_request_done()
             if self.queue:
                 self._submit_next()
+        if waiting:
+            self.steady = (self.tokens, now)
         self.batch_sum += report.batch
         self.schedule_s += sum(p.schedule_s for p in report.passes)
         self.pending.extend(report.passes)
@@ -247,6 +254,7 @@ class ClosedLoop:
             output_tokens=tokens,
             wall_s=wall,
             tokens_per_s=tokens / wall if wall > 0 else 0.0,
+            steady_tokens_per_s=steady_rate(self.steady),
             cpu_s=cpu,
             tokens_per_cpu_s=tokens / cpu if cpu > 0 else 0.0,
             mean_batch=self.batch_sum / steps,

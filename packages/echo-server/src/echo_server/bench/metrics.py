@@ -4,6 +4,12 @@ Definitions (per run = one policy on one workload at one concurrency):
 
 - ``tokens_per_s`` = output tokens of all requests / wall time from the first submit to the last
   finish (prefill included);
+- ``steady_tokens_per_s`` = output tokens emitted by the last step that began with a prompt
+  still waiting / the run's clock at the end of that step (:func:`steady_rate`): throughput
+  while all C slots were busy, as in a server whose queue never empties. It leaves out the
+  drain, when the last C requests finish one by one and the batch runs emptier (a policy
+  whose requests finish apart drains longer than plain decoding, whose same-length requests
+  finish together). ``None`` when no step began with a prompt waiting (prompts <= C);
 - ``tokens_per_cpu_s`` = output tokens / CPU seconds of this process over the run: on a shared
   machine, an estimate of tokens/s on an otherwise idle core (with one torch thread, CPU time
   equals wall time when nothing else runs); ``speedup_cpu`` is its ratio to plain's;
@@ -130,6 +136,14 @@ def pooled_confidence(
     return {p: h for p, h in out.items() if int(h.sum())}
 
 
+def steady_rate(steady: tuple[int, float] | None) -> float | None:
+    """``tokens / seconds`` of a (tokens, seconds) mark while every slot was busy (module
+    docstring: ``steady_tokens_per_s``); None without a mark or with no time in it."""
+    if steady is None or steady[1] <= 0:
+        return None
+    return steady[0] / steady[1]
+
+
 @dataclass(slots=True)
 class RunResult:
     """One row of the benchmark (JSON ``runs[i]``; docs/BENCHMARKS.md documents every field)."""
@@ -141,6 +155,7 @@ class RunResult:
     output_tokens: int
     wall_s: float
     tokens_per_s: float
+    steady_tokens_per_s: float | None  # while every slot was busy (steady_rate)
     cpu_s: float
     tokens_per_cpu_s: float
     mean_batch: float
@@ -161,6 +176,8 @@ class RunResult:
     speedup_ci95: tuple[float, float] | None = None  # t-interval over rounds (bench.intervals)
     speedup_rounds: tuple[float, ...] = ()
     speedup_cpu: float | None = None  # the same median, in CPU time
+    steady_speedup: float | None = None  # the same median of steady_tokens_per_s ratios
+    steady_speedup_ci95: tuple[float, float] | None = None
     request_speedup_p10: float | None = None  # median over rounds of the p10 over requests of
     request_speedup_min: float | None = None  # tpot(plain) / tpot(this), and of the minimum
     outputs_match: bool | None = None

@@ -70,19 +70,22 @@ def _ci(ci: tuple[float, float] | None) -> str:
 def markdown_table(runs: Sequence[RunResult]) -> str:
     """One row per run: throughput, speedup and acceptance metrics."""
     head = (
-        "| workload | conc | policy | tok/s | speedup [95% CI] | tok/cpu-s | speedup (cpu) | MAT "
+        "| workload | conc | policy | tok/s | speedup [95% CI] | busy speedup [95% CI] "
+        "| tok/cpu-s | speedup (cpu) | MAT "
         "| yield "
         "| verified/step | selection | p50 ms/tok | p99 ms/tok | per-request speedup p10 / min "
         "| passed over | step / forward | outputs match |"
     )
     lines = [
         head,
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
         lines.append(
             f"| {r.workload} | {r.concurrency} | {r.policy} | {r.tokens_per_s:.1f} "
-            f"| {_num(r.speedup, '.2f')} {_ci(r.speedup_ci95)} | {r.tokens_per_cpu_s:.1f} "
+            f"| {_num(r.speedup, '.2f')} {_ci(r.speedup_ci95)} "
+            f"| {_num(r.steady_speedup, '.2f')} {_ci(r.steady_speedup_ci95)} "
+            f"| {r.tokens_per_cpu_s:.1f} "
             f"| {_num(r.speedup_cpu, '.2f')} "
             f"| {r.mean_accepted_length:.2f} | {r.draft_yield:.3f} "
             f"| {r.verified_per_step:.1f} | {_num(r.selection, '.3f')} "

@@ -179,6 +179,10 @@ def _round(
     return outs
 
 
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or not den else num / den
+
+
 def _settle_cell(
     result: SuiteResult,
     cell: dict[str, list[RunOutput]],
@@ -198,6 +202,12 @@ def _settle_cell(
     r = out.result
     r.speedup, r.speedup_ci95, r.speedup_rounds = speed.ratio, speed.ci95, speed.rounds
     r.speedup_cpu = round_ratio(cpu).ratio
+    steady = [
+        _ratio(out.result.steady_tokens_per_s, ref.result.steady_tokens_per_s) for ref, out in pairs
+    ]
+    if all(x is not None for x in steady):
+        steady_speed = round_ratio([x for x in steady if x is not None])
+        r.steady_speedup, r.steady_speedup_ci95 = steady_speed.ratio, steady_speed.ci95
     per_round = [request_speedups(ref.request_tpot, run.request_tpot) for ref, run in pairs]
     if all(per_round):
         r.request_speedup_p10 = statistics.median(percentile(s, 10) for s in per_round)
