@@ -12,7 +12,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.driver import drive_step
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import RowPrice, StepBatch, StepOutcome
-from echo_scheduler.ledger import DraftedStep, DraftLedger
+from echo_scheduler.ledger import DraftedStep, DraftLedger, ModeChooser
 from echo_scheduler.policies import make_policy
 from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.simulator import SimSource
@@ -233,3 +233,47 @@ def test_an_unpriced_step_never_consults_the_ledger() -> None:
         assert run.depths > 0
     assert policy.ledger is not None
     assert policy.ledger.summary() == {}
+
+
+def _fed(values: dict[str, float], live: int = 8) -> tuple[DraftLedger, DraftLedger]:
+    """Two ledgers that saw ``min_drafted`` steps of per-root value ``values[mode]`` each."""
+    full, shallow = DraftLedger(), DraftLedger()
+    for ledger, v in ((full, values["full"]), (shallow, values["shallow"])):
+        for _ in range(ledger.min_drafted):
+            ledger.record(replace(_step(live, 0, 0), row_cost=-v * live, node_price=0.0))
+    return full, shallow
+
+
+def test_the_chooser_measures_both_modes_before_it_compares_them() -> None:
+    chooser = ModeChooser(DraftLedger(), DraftLedger())
+    picks = []
+    for _ in range(6):
+        mode = chooser.choose(8, 0.2)
+        picks.append(mode)
+        ledger = chooser.full if mode == "full" else chooser.shallow
+        ledger.record(replace(_step(8, 4, 8), calls=0))
+    assert picks == ["full"] * 3 + ["shallow"] * 3
+    assert chooser.choose(0, 0.2) == "plain"
+
+
+@pytest.mark.parametrize(("winner", "loser"), [("shallow", "full"), ("full", "shallow")])
+def test_the_mode_that_gains_more_wins_and_the_other_is_probed_ever_more_rarely(
+    winner: str, loser: str
+) -> None:
+    # per-root values 0.3 against 0.1: both pay, one pays more
+    full, shallow = _fed({winner: 0.3, loser: 0.1})
+    chooser = ModeChooser(full, shallow)
+    picks = [chooser.choose(8, 0.0) for _ in range(100)]
+    probes = [i for i, m in enumerate(picks) if m == loser]
+    assert "plain" not in picks
+    # the loser's clock: probed after 4, 8, 16, 32, 64 skipped steps (probe_max 64)
+    assert probes == [4, 13, 30, 63]
+    assert picks.count(winner) == 100 - len(probes)
+
+
+def test_when_both_modes_lose_the_chooser_decodes_plainly_with_probes() -> None:
+    full, shallow = _fed({"full": -0.3, "shallow": -0.1})
+    chooser = ModeChooser(full, shallow)
+    picks = [chooser.choose(8, 0.0) for _ in range(40)]
+    assert picks.count("plain") > 30
+    assert {"full", "shallow"} <= set(picks)  # each ledger probes on its own clock

@@ -41,14 +41,19 @@ doubling from ``probe_min`` to ``probe_max`` after every probe that leaves G < 0
 once G >= 0. Probing costs at most ``1 / (probe_min + 1)`` of the steps and keeps the estimate
 current when the workload or the drafter changes.
 
-ECHO keeps two ledgers, one for full drafting and one for depth 1 only, and tries the second
-before it decodes plainly (echo_scheduler.policies.echo).
+ECHO keeps two ledgers, one for full drafting and one for depth 1 only, and a
+:class:`ModeChooser` picks the mode of each step from them: the one with the larger gain G,
+plain decoding while both lose. Asking only "does full drafting pay?" kept ECHO drafting in full
+whenever that was barely positive, although depth 1 alone paid more: at concurrency 8 on the
+Intel Xeon VM a fixed one-token draft per request (``static`` at K = 8) ran 5% ahead of ECHO
+(docs/BENCHMARKS.md, session 14).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from echo_scheduler.errors import PolicyError
 
@@ -177,3 +182,69 @@ class DraftLedger:
             }
             for k, b in sorted(self._buckets.items())
         }
+
+
+Mode = Literal["full", "shallow", "plain"]
+
+
+@dataclass(slots=True)
+class _Clock:
+    skipped: int = 0
+    period: int = 0  # 0: not probing
+
+
+@dataclass(slots=True)
+class ModeChooser:
+    """The drafting mode of a step from two ledgers: ``full`` drafting or depth 1 only
+    (``shallow``), or ``plain`` decoding.
+
+    With ``G_f`` and ``G_s`` the ledgers' gains for the step's L live requests
+    (:meth:`DraftLedger.gain`, each an upper bound at ``z``):
+
+    - a mode whose bucket has fewer than ``min_drafted`` steps is drafted first (full, then
+      depth 1), so both are measured at every load;
+    - ``max(G_f, G_s) >= 0``: the larger wins; the other is still drafted once its probe clock
+      (per mode and bucket: ``period`` skipped steps, doubling from ``probe_min`` to
+      ``probe_max`` while it keeps losing, reset when it wins) says so, to keep its estimate
+      current;
+    - both < 0: plain decoding, each ledger probing on its own clock
+      (:meth:`DraftLedger.should_draft`), full drafting first.
+    """
+
+    full: DraftLedger
+    shallow: DraftLedger
+    _clocks: dict[tuple[str, int], _Clock] = field(default_factory=dict)
+
+    def choose(self, live: int, call_price: float) -> Mode:
+        """This step's mode (class docstring); advances the probe clocks."""
+        if live <= 0:
+            return "plain"
+        g_full, g_shallow = self.full.gain(live, call_price), self.shallow.gain(live, call_price)
+        if g_full is None:
+            return "full"
+        if g_shallow is None:
+            return "shallow"
+        if max(g_full, g_shallow) < 0:
+            if self.full.should_draft(live, call_price):
+                return "full"
+            return "shallow" if self.shallow.should_draft(live, call_price) else "plain"
+        best: Mode = "full" if g_full >= g_shallow else "shallow"
+        other: Mode = "shallow" if best == "full" else "full"
+        bucket = DraftLedger.bucket(live)
+        self._clocks[(best, bucket)] = _Clock()
+        if self._due(other, bucket):
+            return other
+        return best
+
+    def _due(self, mode: Mode, bucket: int) -> bool:
+        """Whether the losing ``mode`` is probed now (class docstring)."""
+        clock = self._clocks.setdefault((mode, bucket), _Clock())
+        ledger = self.full if mode == "full" else self.shallow
+        if clock.period == 0:
+            clock.period = ledger.probe_min
+        if clock.skipped >= clock.period:
+            clock.skipped = 0
+            clock.period = min(2 * clock.period, ledger.probe_max)
+            return True
+        clock.skipped += 1
+        return False

@@ -50,12 +50,14 @@ saturation ECHO falls back to plain decoding at no drafting cost. That pre-check
 (the best a depth-1 node could be worth), so a priced ECHO also keeps a
 :class:`~echo_scheduler.ledger.DraftLedger` of what its drafted steps actually returned net of
 every row, expansion and call at their prices, and decodes plainly (probing now and then) while
-that ledger says drafting loses at the current load. Before plain decoding it tries the
-cheaper mode: depth 1 only (one drafter call, the roots' children, priced and cut as usual),
-judged by a ledger of its own; ECHO decodes plainly only while both say drafting loses (each
-probing on its own clock). Deterministic replay on the CPU profile, 80 composed steps per cell
-(docs/BENCHMARKS.md): +4.0% on mtbench at B = 1 and +1.7% on summarize at B = 4, where a
-one-token chain paid and full drafting did not; -0.7 / -0.8% at B = 16, the cost of trying it.
+that ledger says drafting loses at the current load. It also keeps a cheaper mode: depth 1
+only (one drafter call, the roots' children, priced and cut as usual), judged by a ledger of its
+own; each step takes the mode whose ledger promises more (the other probed on a doubling clock),
+and ECHO decodes plainly only while both say drafting loses
+(:class:`~echo_scheduler.ledger.ModeChooser`). Deterministic replay on the CPU profile, 80
+composed steps per cell, of the depth-1 fallback before the chooser (docs/BENCHMARKS.md): +4.0%
+on mtbench at B = 1 and +1.7% on summarize at B = 4, where a one-token chain paid and full
+drafting did not; -0.7 / -0.8% at B = 16, the cost of trying it.
 With ``batch.row_price`` (and maps) the selection is finally cut to the rows worth their verify
 time at this step's size (:func:`echo_scheduler.cut.exact_cut`): the floor prices a row from
 recent steps, the cut from the rows actually selected.
@@ -89,7 +91,7 @@ from echo_scheduler.errors import PolicyError
 from echo_scheduler.gating import apply_gate
 from echo_scheduler.history import Presence, RequestHistory
 from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch, StepOutcome
-from echo_scheduler.ledger import DraftedStep, DraftLedger
+from echo_scheduler.ledger import DraftedStep, DraftLedger, ModeChooser
 from echo_scheduler.policies.frontier import expand_all
 from echo_scheduler.ranking import (
     PoolIndex,
@@ -133,6 +135,11 @@ class EchoPolicy(BasePolicy):
         self.reserve_base = reserve_base
         self.ledger = DraftLedger() if learn_drafting else None  # full drafting
         self.shallow_ledger = DraftLedger() if learn_drafting else None  # depth 1 only
+        self.modes = (
+            None
+            if self.ledger is None or self.shallow_ledger is None
+            else ModeChooser(self.ledger, self.shallow_ledger)
+        )
         self._shallow = False  # this step drafts depth 1 only
         self.truncated_at = torch.zeros(0, dtype=torch.int64)  # [B], Dmax = never truncated
         self._live = 0  # this step's requests allowed to draft
@@ -193,13 +200,11 @@ class EchoPolicy(BasePolicy):
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
         self._live = live
         self._shallow = False
-        if width and priced and self.ledger is not None and self.shallow_ledger is not None:
-            price = self._depth_price()
-            if not self.ledger.should_draft(live, price):
-                if self.shallow_ledger.should_draft(live, price):
-                    self._shallow = True  # full drafting lost lately: depth 1 only
-                else:
-                    width = 0  # drafting lost lately at this load: plain decoding (probes aside)
+        if width and priced and self.modes is not None:
+            mode = self.modes.choose(live, self._depth_price())
+            self._shallow = mode == "shallow"  # depth 1 paid more lately
+            if mode == "plain":
+                width = 0  # drafting lost lately at this load: plain decoding (probes aside)
             self._roots = live if width else 0  # a drafted step the ledger will record
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
