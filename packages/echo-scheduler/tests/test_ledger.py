@@ -12,7 +12,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.driver import drive_step
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import RowPrice, StepBatch, StepOutcome
-from echo_scheduler.ledger import DraftedStep, DraftLedger, ModeChooser
+from echo_scheduler.ledger import DraftedStep, DraftLedger, Mode, ModeChooser
 from echo_scheduler.policies import make_policy
 from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.simulator import SimSource
@@ -258,7 +258,7 @@ def test_the_chooser_measures_both_modes_before_it_compares_them() -> None:
 
 @pytest.mark.parametrize(("winner", "loser"), [("shallow", "full"), ("full", "shallow")])
 def test_the_mode_that_gains_more_wins_and_the_other_is_probed_ever_more_rarely(
-    winner: str, loser: str
+    winner: Mode, loser: Mode
 ) -> None:
     # per-root values 0.3 against 0.1: both pay, one pays more
     full, shallow = _fed({winner: 0.3, loser: 0.1})
