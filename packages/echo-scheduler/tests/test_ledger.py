@@ -277,3 +277,15 @@ def test_when_both_modes_lose_the_chooser_decodes_plainly_with_probes() -> None:
     picks = [chooser.choose(8, 0.0) for _ in range(40)]
     assert picks.count("plain") > 30
     assert {"full", "shallow"} <= set(picks)  # each ledger probes on its own clock
+
+
+def test_the_chooser_compares_mean_gains_not_the_noisier_modes_upper_bound() -> None:
+    _, shallow = _fed({"full": 0.0, "shallow": 0.25})
+    full = DraftLedger()
+    for v in (-0.2, 0.6, -0.2, 0.6):  # plain means over 4 steps: 0.2, standard error 0.2
+        full.record(replace(_step(8, 0, 0), row_cost=-v * 8, node_price=0.0))
+    bound, mean = full.gain(8, 0.0), full.gain(8, 0.0, z=0.0)
+    assert bound is not None
+    assert mean is not None
+    assert bound > 8 * 0.25 > mean  # full's bound beats depth 1, its mean does not
+    assert ModeChooser(full, shallow).choose(8, 0.0) == "shallow"

@@ -123,15 +123,16 @@ class DraftLedger:
         """``floor(log2 L)`` for L >= 1 (0 for L <= 1)."""
         return max(live, 1).bit_length() - 1
 
-    def gain(self, live: int, call_price: float) -> float | None:
-        """``G = L v - C p_call`` for a step over ``live`` requests; None before any drafted step
-        in its bucket."""
+    def gain(self, live: int, call_price: float, z: float | None = None) -> float | None:
+        """``G = L (v + z se) - C p_call`` for a step over ``live`` requests (``z``: the
+        ledger's own by default, 0 for the mean); None before ``min_drafted`` drafted steps in
+        its bucket."""
         b = self._buckets.get(self.bucket(live))
         if b is None or b.per_root is None or b.drafted < self.min_drafted:
             return None
         n = min(b.drafted, (2.0 - self.alpha) / self.alpha)
         se = math.sqrt(max(b.square - b.per_root**2, 0.0) / n)
-        return live * (b.per_root + self.z * se) - b.calls * call_price
+        return live * (b.per_root + (self.z if z is None else z) * se) - b.calls * call_price
 
     def should_draft(self, live: int, call_price: float) -> bool:
         """Draft this step? Advances the bucket's probe clock when the answer is a plain step."""
@@ -199,11 +200,13 @@ class ModeChooser:
     (``shallow``), or ``plain`` decoding.
 
     With ``G_f`` and ``G_s`` the ledgers' gains for the step's L live requests
-    (:meth:`DraftLedger.gain`, each an upper bound at ``z``):
+    (:meth:`DraftLedger.gain`, each an upper bound at the ledger's ``z``):
 
     - a mode whose bucket has fewer than ``min_drafted`` steps is drafted first (full, then
       depth 1), so both are measured at every load;
-    - ``max(G_f, G_s) >= 0``: the larger wins; the other is still drafted once its probe clock
+    - ``max(G_f, G_s) >= 0``: the larger *mean* gain (``z = 0``) wins, since comparing upper
+      bounds would favour the noisier mode (full drafting's value varies more from step to
+      step); the other is still drafted once its probe clock
       (per mode and bucket: ``period`` skipped steps, doubling from ``probe_min`` to
       ``probe_max`` while it keeps losing, reset when it wins) says so, to keep its estimate
       current;
@@ -228,7 +231,13 @@ class ModeChooser:
             if self.full.should_draft(live, call_price):
                 return "full"
             return "shallow" if self.shallow.should_draft(live, call_price) else "plain"
-        best: Mode = "full" if g_full >= g_shallow else "shallow"
+        mean_full, mean_shallow = (
+            self.full.gain(live, call_price, 0.0),
+            self.shallow.gain(live, call_price, 0.0),
+        )
+        assert mean_full is not None  # known, as its bound is
+        assert mean_shallow is not None
+        best: Mode = "full" if mean_full >= mean_shallow else "shallow"
         other: Mode = "shallow" if best == "full" else "full"
         bucket = DraftLedger.bucket(live)
         self._clocks[(best, bucket)] = _Clock()
