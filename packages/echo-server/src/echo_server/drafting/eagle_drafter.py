@@ -153,7 +153,9 @@ class EagleDrafter:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
         if not head.attached:
             raise ValueError("the head has no target rows: call head.attach_target first")
+        shared = head.embed  # the target's embedding: kept shared (and float32), not copied
         self.head = head.to(dtype).eval()
+        self.head.embed = shared
         self.device = next(self.head.parameters()).device  # the head's: every tensor lives here
         self.head.pack_for_inference()
         self.aux_layers: tuple[int, ...] = head.config.aux_layers

@@ -211,7 +211,7 @@ class EagleHead(nn.Module):
     ) -> Tensor:
         """The decoder layer's input ``fc([rms(f); rms(e(x))])`` (+ the aux term when ``aux`` is
         given, module docstring): [..., H]."""
-        emb = self.embed[token]
+        emb = self.embed[token].to(feature.dtype)  # the shared float32 table (EagleDrafter)
         fused = torch.cat([self.feature_norm(feature), self.token_norm(emb)], dim=-1)
         p = self._projections()
         x = p.fc(fused)
