@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 
 import pytest
@@ -145,10 +146,20 @@ def test_loads_are_learned_apart() -> None:
     ledger = DraftLedger(min_drafted=1)
     ledger.record(_step(16, accepted=0, verified=8))
     assert not ledger.should_draft(16, 0.2)
-    assert not ledger.should_draft(31, 0.2)  # same bucket
+    assert not ledger.should_draft(22, 0.2)  # same bucket
+    assert not ledger.should_draft(12, 0.2)
+    assert ledger.should_draft(23, 0.2)  # the next bucket up: its own, empty record
     assert ledger.should_draft(1, 0.2)  # batch 1 has its own, empty record
     assert ledger.should_draft(4, 0.2)
     assert not ledger.should_draft(0, 0.2)
+
+
+def test_load_buckets_are_centred_on_powers_of_two() -> None:
+    lives = (0, 1, 2, 3, 5, 6, 7, 8, 11, 12, 16, 22, 23, 32, 45, 46)
+    expected = [0, 0, 1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 5, 5, 5, 6]
+    assert [DraftLedger.bucket(n) for n in lives] == expected
+    for n in range(1, 5000):  # round(log2 n), computed exactly (no tie: log2 n is never k + 1/2)
+        assert DraftLedger.bucket(n) == round(math.log2(n))
 
 
 def test_a_noisy_record_keeps_drafting_until_the_bound_is_negative() -> None:
@@ -256,6 +267,20 @@ def test_the_chooser_measures_both_modes_before_it_compares_them() -> None:
     assert chooser.choose(0, 0.2) == "plain"
 
 
+def test_where_full_drafting_clearly_pays_depth_one_is_measured_on_its_probe_clock() -> None:
+    full, _ = _fed({"full": 0.3, "shallow": 0.0})  # 0.3 per root, no spread: clearly paying
+    chooser = ModeChooser(full, DraftLedger())
+    picks = []
+    for _ in range(40):
+        mode = chooser.choose(8, 0.0)
+        picks.append(mode)
+        if mode == "shallow":  # depth 1 pays more once measured
+            chooser.shallow.record(replace(_step(8, 0, 0), row_cost=-0.5 * 8, node_price=0.0))
+    probes = [i for i, m in enumerate(picks) if m == "shallow"]
+    assert probes[:3] == [4, 13, 30]  # three probes measure it ...
+    assert picks[31:36] == ["shallow"] * 4 + ["full"]  # ... then it wins, full probed after 4
+
+
 @pytest.mark.parametrize(("winner", "loser"), [("shallow", "full"), ("full", "shallow")])
 def test_the_mode_that_gains_more_wins_and_the_other_is_probed_ever_more_rarely(
     winner: Mode, loser: Mode
@@ -277,6 +302,36 @@ def test_when_both_modes_lose_the_chooser_decodes_plainly_with_probes() -> None:
     picks = [chooser.choose(8, 0.0) for _ in range(40)]
     assert picks.count("plain") > 30
     assert {"full", "shallow"} <= set(picks)  # each ledger probes on its own clock
+
+
+def _noisy(values: tuple[float, ...], live: int = 8) -> DraftLedger:
+    ledger = DraftLedger()
+    for v in values:
+        ledger.record(replace(_step(live, 0, 0), row_cost=-v * live, node_price=0.0))
+    return ledger
+
+
+def test_the_incumbent_mode_keeps_its_place_until_the_other_is_clearly_ahead() -> None:
+    """Depth 1 leads; full drafting's mean then edges ahead within its noise (no switch), and
+    later by far more than the noise (switch)."""
+    full = _noisy((0.0, 0.2, 0.0, 0.2))  # mean 0.1 per root, standard error 0.1
+    shallow = _noisy((0.2, 0.2, 0.2))  # 0.2, no spread
+    chooser = ModeChooser(full, shallow)
+    assert chooser.choose(8, 0.0) == "shallow"
+    for v in (0.6, 0.2):  # full's mean rises past depth 1's, its spread with it
+        full.record(replace(_step(8, 0, 0), row_cost=-v * 8, node_price=0.0))
+    lead = full.gain(8, 0.0, 0.0)
+    spread = full.spread(8)
+    assert lead is not None
+    assert spread is not None
+    assert 8 * 0.2 < lead < 8 * 0.2 + spread  # ahead on the mean, within one standard error
+    picks = [chooser.choose(8, 0.0) for _ in range(3)]
+    assert picks == ["shallow"] * 3  # no flip
+    for _ in range(12):  # full drafting now pays 0.8 per root, steadily
+        full.record(replace(_step(8, 0, 0), row_cost=-0.8 * 8, node_price=0.0))
+    assert chooser.choose(8, 0.0) == "full"
+    picks = [chooser.choose(8, 0.0) for _ in range(4)]
+    assert picks == ["full"] * 3 + ["shallow"]  # the old incumbent probed after probe_min = 4
 
 
 def test_the_chooser_compares_mean_gains_not_the_noisier_modes_upper_bound() -> None:

@@ -17,8 +17,11 @@ and c_rows the exact price of the step's N rows at the run rate ``R_run`` under 
 profile (the exact cut's :class:`~echo_scheduler.interface.RowPrice`; ``u_min N`` when the
 step has none). It keeps exponential moving averages (weight ``alpha``) of the per-root value
 ``v = (A - c_rows - p_node E) / R`` (R roots expanded) and of C, per batch-size bucket
-``floor(log2 L)`` (L live requests: prices change with load, so a value learned at 16 requests
-says nothing about one). A step over L live requests is predicted to gain
+``round(log2 L)`` (L live requests: prices change with load, so a value learned at 16 requests
+says nothing about one). The buckets are centred on powers of two (1 | 2 | 3-5 | 6-11 | 12-22 |
+23-45 | ...), where servers and benches set their concurrency: with ``floor(log2 L)`` a batch of
+8 that lost a request (L = 7) fell into another bucket and was learned from scratch. A step over
+L live requests is predicted to gain
 
     G = L v - C p_call
 
@@ -120,8 +123,16 @@ class DraftLedger:
 
     @staticmethod
     def bucket(live: int) -> int:
-        """``floor(log2 L)`` for L >= 1 (0 for L <= 1)."""
-        return max(live, 1).bit_length() - 1
+        """``round(log2 L)`` for L >= 1 (0 for L <= 1), exactly in integers: k with
+        ``2^(2k-1) <= L^2 < 2^(2k+1)``, i.e. ``bit_length(L^2) // 2``."""
+        live = max(live, 1)
+        return (live * live).bit_length() // 2
+
+    def spread(self, live: int) -> float | None:
+        """``L se``, the standard error of :meth:`gain` for ``live`` requests (None while
+        :meth:`gain` is None)."""
+        mean, bound = self.gain(live, 0.0, 0.0), self.gain(live, 0.0, 1.0)
+        return None if mean is None or bound is None else bound - mean
 
     def gain(self, live: int, call_price: float, z: float | None = None) -> float | None:
         """``G = L (v + z se) - C p_call`` for a step over ``live`` requests (``z``: the
@@ -202,14 +213,29 @@ class ModeChooser:
     With ``G_f`` and ``G_s`` the ledgers' gains for the step's L live requests
     (:meth:`DraftLedger.gain`, each an upper bound at the ledger's ``z``):
 
-    - a mode whose bucket has fewer than ``min_drafted`` steps is drafted first (full, then
-      depth 1), so both are measured at every load;
-    - ``max(G_f, G_s) >= 0``: the larger *mean* gain (``z = 0``) wins, since comparing upper
-      bounds would favour the noisier mode (full drafting's value varies more from step to
-      step); the other is still drafted once its probe clock
-      (per mode and bucket: ``period`` skipped steps, doubling from ``probe_min`` to
-      ``probe_max`` while it keeps losing, reset when it wins) says so, to keep its estimate
-      current;
+    - a mode whose bucket has fewer than ``min_drafted`` steps is drafted first: full drafting,
+      then depth 1 while full drafting's gain is not clearly positive (its lower bound
+      ``g_f - z s_f < 0``, ``g_f`` the mean, ``s_f`` its standard error). Full drafting already
+      stops at the depth where one more call stops paying at the step's prices, so depth 1 only
+      can beat it only when those prices are wrong (the engine's measured drafting, not the
+      modelled one, says so) or when full drafting barely pays; where it clearly pays, depth 1
+      is measured on its probe clock instead of up front. In the deterministic replay
+      (modelled prices, 20 steps per cell) measuring depth 1 up front in every bucket cost
+      ECHO 1-9% on the GPU cost models (docs/BENCHMARKS.md);
+    - ``max(G_f, G_s) >= 0``: the bucket keeps an incumbent mode, at first the one with the
+      larger *mean* gain ``g`` (``z = 0``; comparing upper bounds would favour the noisier mode,
+      full drafting, whose value varies more from step to step). The other mode takes over only
+      once its mean gain is ahead by more than ``z`` standard errors of the difference,
+
+          g_other - g_incumbent > z sqrt(s_other^2 + s_incumbent^2)
+
+      (``s``: :meth:`DraftLedger.spread`, ``z`` the incumbent ledger's). Without that margin
+      the moving averages' step-to-step noise flipped the two modes back and forth, and every
+      flip restarted the loser's probe clock, so full drafting (twice the drafting time of
+      depth 1 on the dev CPU) was probed every few steps. The loser is still drafted when its
+      probe clock (per mode and bucket: ``period`` skipped steps, doubling from ``probe_min`` to
+      ``probe_max`` while it keeps losing, reset when it takes over) says so, to keep its
+      estimate current;
     - both < 0: plain decoding, each ledger probing on its own clock
       (:meth:`DraftLedger.should_draft`), full drafting first.
     """
@@ -217,6 +243,7 @@ class ModeChooser:
     full: DraftLedger
     shallow: DraftLedger
     _clocks: dict[tuple[str, int], _Clock] = field(default_factory=dict)
+    _incumbent: dict[int, Mode] = field(default_factory=dict)  # bucket -> mode
 
     def choose(self, live: int, call_price: float) -> Mode:
         """This step's mode (class docstring); advances the probe clocks."""
@@ -225,30 +252,49 @@ class ModeChooser:
         g_full, g_shallow = self.full.gain(live, call_price), self.shallow.gain(live, call_price)
         if g_full is None:
             return "full"
+        bucket = DraftLedger.bucket(live)
         if g_shallow is None:
-            return "shallow"
+            low = self.full.gain(live, call_price, -self.full.z)
+            if low is None or low < 0 or self._due("shallow", bucket):
+                return "shallow"  # full drafting barely pays: measure depth 1 (or its probe)
+            return "full"
         if max(g_full, g_shallow) < 0:
             if self.full.should_draft(live, call_price):
                 return "full"
             return "shallow" if self.shallow.should_draft(live, call_price) else "plain"
-        mean_full, mean_shallow = (
-            self.full.gain(live, call_price, 0.0),
-            self.shallow.gain(live, call_price, 0.0),
-        )
-        assert mean_full is not None  # known, as its bound is
-        assert mean_shallow is not None
-        best: Mode = "full" if mean_full >= mean_shallow else "shallow"
+        best = self._leader(live, call_price, self._incumbent.get(bucket))
+        if best != self._incumbent.get(bucket):
+            self._clocks.pop(("shallow" if best == "full" else "full", bucket), None)
+        self._incumbent[bucket] = best
         other: Mode = "shallow" if best == "full" else "full"
-        bucket = DraftLedger.bucket(live)
         self._clocks[(best, bucket)] = _Clock()
         if self._due(other, bucket):
             return other
         return best
 
+    def _ledger(self, mode: Mode) -> DraftLedger:
+        return self.full if mode == "full" else self.shallow
+
+    def _leader(self, live: int, call_price: float, incumbent: Mode | None) -> Mode:
+        """The incumbent, unless the other mode's mean gain is ahead by the class docstring's
+        margin; the larger mean gain when there is no incumbent."""
+        mean = {m: self._ledger(m).gain(live, call_price, 0.0) for m in ("full", "shallow")}
+        spread = {m: self._ledger(m).spread(live) for m in ("full", "shallow")}
+        g_full, g_shallow = mean["full"], mean["shallow"]
+        assert g_full is not None  # known, as its bound is
+        assert g_shallow is not None
+        if incumbent is None:
+            return "full" if g_full >= g_shallow else "shallow"
+        other: Mode = "shallow" if incumbent == "full" else "full"
+        s_inc, s_other = spread[incumbent] or 0.0, spread[other] or 0.0
+        lead = (mean[other] or 0.0) - (mean[incumbent] or 0.0)
+        z = self._ledger(incumbent).z
+        return other if lead > z * math.hypot(s_inc, s_other) else incumbent
+
     def _due(self, mode: Mode, bucket: int) -> bool:
         """Whether the losing ``mode`` is probed now (class docstring)."""
         clock = self._clocks.setdefault((mode, bucket), _Clock())
-        ledger = self.full if mode == "full" else self.shallow
+        ledger = self._ledger(mode)
         if clock.period == 0:
             clock.period = ledger.probe_min
         if clock.skipped >= clock.period:
