@@ -334,13 +334,13 @@ def test_the_incumbent_mode_keeps_its_place_until_the_other_is_clearly_ahead() -
     assert picks == ["full"] * 3 + ["shallow"]  # the old incumbent probed after probe_min = 4
 
 
-def test_the_chooser_compares_mean_gains_not_the_noisier_modes_upper_bound() -> None:
-    _, shallow = _fed({"full": 0.0, "shallow": 0.25})
+def test_full_drafting_is_the_first_incumbent_and_depth_one_must_lead_beyond_the_noise() -> None:
     full = DraftLedger()
     for v in (-0.2, 0.6, -0.2, 0.6):  # plain means over 4 steps: 0.2, standard error 0.2
         full.record(replace(_step(8, 0, 0), row_cost=-v * 8, node_price=0.0))
-    bound, mean = full.gain(8, 0.0), full.gain(8, 0.0, z=0.0)
-    assert bound is not None
-    assert mean is not None
-    assert bound > 8 * 0.25 > mean  # full's bound beats depth 1, its mean does not
-    assert ModeChooser(full, shallow).choose(8, 0.0) == "shallow"
+    spread = full.spread(8)
+    assert spread == pytest.approx(8 * 0.2)
+    _, close = _fed({"full": 0.0, "shallow": 0.25})  # ahead by 0.05 per root: within the noise
+    assert ModeChooser(full, close).choose(8, 0.0) == "full"
+    _, clear = _fed({"full": 0.0, "shallow": 0.45})  # ahead by 0.25 per root > 0.2
+    assert ModeChooser(full, clear).choose(8, 0.0) == "shallow"

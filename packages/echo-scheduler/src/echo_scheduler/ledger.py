@@ -222,10 +222,11 @@ class ModeChooser:
       is measured on its probe clock instead of up front. In the deterministic replay
       (modelled prices, 20 steps per cell) measuring depth 1 up front in every bucket cost
       ECHO 1-9% on the GPU cost models (docs/BENCHMARKS.md);
-    - ``max(G_f, G_s) >= 0``: the bucket keeps an incumbent mode, at first the one with the
-      larger *mean* gain ``g`` (``z = 0``; comparing upper bounds would favour the noisier mode,
-      full drafting, whose value varies more from step to step). The other mode takes over only
-      once its mean gain is ahead by more than ``z`` standard errors of the difference,
+    - ``max(G_f, G_s) >= 0``: the bucket keeps an incumbent mode, at first full drafting (the
+      policy's own mode; depth 1 only is the fallback that must prove itself). The other mode
+      takes over only once its *mean* gain ``g`` (``z = 0``: comparing upper bounds would favour
+      the noisier mode, full drafting, whose value varies more from step to step) is ahead by
+      more than ``z`` standard errors of the difference,
 
           g_other - g_incumbent > z sqrt(s_other^2 + s_incumbent^2)
 
@@ -276,15 +277,14 @@ class ModeChooser:
         return self.full if mode == "full" else self.shallow
 
     def _leader(self, live: int, call_price: float, incumbent: Mode | None) -> Mode:
-        """The incumbent, unless the other mode's mean gain is ahead by the class docstring's
-        margin; the larger mean gain when there is no incumbent."""
+        """The incumbent (full drafting at first), unless the other mode's mean gain is ahead by
+        the class docstring's margin."""
         mean = {m: self._ledger(m).gain(live, call_price, 0.0) for m in ("full", "shallow")}
         spread = {m: self._ledger(m).spread(live) for m in ("full", "shallow")}
         g_full, g_shallow = mean["full"], mean["shallow"]
         assert g_full is not None  # known, as its bound is
         assert g_shallow is not None
-        if incumbent is None:
-            return "full" if g_full >= g_shallow else "shallow"
+        incumbent = incumbent or "full"
         other: Mode = "shallow" if incumbent == "full" else "full"
         s_inc, s_other = spread[incumbent] or 0.0, spread[other] or 0.0
         lead = (mean[other] or 0.0) - (mean[incumbent] or 0.0)
