@@ -304,43 +304,27 @@ def test_when_both_modes_lose_the_chooser_decodes_plainly_with_probes() -> None:
     assert {"full", "shallow"} <= set(picks)  # each ledger probes on its own clock
 
 
-def _noisy(values: tuple[float, ...], live: int = 8) -> DraftLedger:
-    ledger = DraftLedger()
-    for v in values:
-        ledger.record(replace(_step(live, 0, 0), row_cost=-v * live, node_price=0.0))
-    return ledger
-
-
-def test_the_incumbent_mode_keeps_its_place_until_the_other_is_clearly_ahead() -> None:
-    """Depth 1 leads; full drafting's mean then edges ahead within its noise (no switch), and
-    later by far more than the noise (switch)."""
-    full = _noisy((0.0, 0.2, 0.0, 0.2))  # mean 0.1 per root, standard error 0.1
-    shallow = _noisy((0.2, 0.2, 0.2))  # 0.2, no spread
+def test_a_crossing_of_the_means_does_not_restart_the_losers_probe_clock() -> None:
+    full, shallow = _fed({"full": 0.1, "shallow": 0.3})
     chooser = ModeChooser(full, shallow)
-    assert chooser.choose(8, 0.0) == "shallow"
-    for v in (0.6, 0.2):  # full's mean rises past depth 1's, its spread with it
+    picks = [chooser.choose(8, 0.0) for _ in range(14)]
+    assert [i for i, m in enumerate(picks) if m == "full"] == [4, 13]  # period now 16
+    for v in (0.9, 0.9):  # full drafting's mean crosses above depth 1's ...
         full.record(replace(_step(8, 0, 0), row_cost=-v * 8, node_price=0.0))
-    lead = full.gain(8, 0.0, 0.0)
-    spread = full.spread(8)
-    assert lead is not None
-    assert spread is not None
-    assert 8 * 0.2 < lead < 8 * 0.2 + spread  # ahead on the mean, within one standard error
-    picks = [chooser.choose(8, 0.0) for _ in range(3)]
-    assert picks == ["shallow"] * 3  # no flip
-    for _ in range(12):  # full drafting now pays 0.8 per root, steadily
-        full.record(replace(_step(8, 0, 0), row_cost=-0.8 * 8, node_price=0.0))
     assert chooser.choose(8, 0.0) == "full"
-    picks = [chooser.choose(8, 0.0) for _ in range(4)]
-    assert picks == ["full"] * 3 + ["shallow"]  # the old incumbent probed after probe_min = 4
+    for v in (-0.5, -0.5):  # ... and falls back below it
+        full.record(replace(_step(8, 0, 0), row_cost=-v * 8, node_price=0.0))
+    picks = [chooser.choose(8, 0.0) for _ in range(20)]
+    assert [i for i, m in enumerate(picks) if m == "full"] == [16]  # not 4: no restart
 
 
-def test_full_drafting_is_the_first_incumbent_and_depth_one_must_lead_beyond_the_noise() -> None:
+def test_the_chooser_compares_mean_gains_not_the_noisier_modes_upper_bound() -> None:
+    _, shallow = _fed({"full": 0.0, "shallow": 0.25})
     full = DraftLedger()
     for v in (-0.2, 0.6, -0.2, 0.6):  # plain means over 4 steps: 0.2, standard error 0.2
         full.record(replace(_step(8, 0, 0), row_cost=-v * 8, node_price=0.0))
-    spread = full.spread(8)
-    assert spread == pytest.approx(8 * 0.2)
-    _, close = _fed({"full": 0.0, "shallow": 0.25})  # ahead by 0.05 per root: within the noise
-    assert ModeChooser(full, close).choose(8, 0.0) == "full"
-    _, clear = _fed({"full": 0.0, "shallow": 0.45})  # ahead by 0.25 per root > 0.2
-    assert ModeChooser(full, clear).choose(8, 0.0) == "shallow"
+    bound, mean = full.gain(8, 0.0), full.gain(8, 0.0, z=0.0)
+    assert bound is not None
+    assert mean is not None
+    assert bound > 8 * 0.25 > mean  # full's bound beats depth 1, its mean does not
+    assert ModeChooser(full, shallow).choose(8, 0.0) == "shallow"

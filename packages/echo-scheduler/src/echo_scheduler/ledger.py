@@ -128,12 +128,6 @@ class DraftLedger:
         live = max(live, 1)
         return (live * live).bit_length() // 2
 
-    def spread(self, live: int) -> float | None:
-        """``L se``, the standard error of :meth:`gain` for ``live`` requests (None while
-        :meth:`gain` is None)."""
-        mean, bound = self.gain(live, 0.0, 0.0), self.gain(live, 0.0, 1.0)
-        return None if mean is None or bound is None else bound - mean
-
     def gain(self, live: int, call_price: float, z: float | None = None) -> float | None:
         """``G = L (v + z se) - C p_call`` for a step over ``live`` requests (``z``: the
         ledger's own by default, 0 for the mean); None before ``min_drafted`` drafted steps in
@@ -222,21 +216,17 @@ class ModeChooser:
       is measured on its probe clock instead of up front. In the deterministic replay
       (modelled prices, 20 steps per cell) measuring depth 1 up front in every bucket cost
       ECHO 1-9% on the GPU cost models (docs/BENCHMARKS.md);
-    - ``max(G_f, G_s) >= 0``: the bucket keeps an incumbent mode, at first full drafting (the
-      policy's own mode; depth 1 only is the fallback that must prove itself). The other mode
-      takes over only once its *mean* gain ``g`` (``z = 0``: comparing upper bounds would favour
-      the noisier mode, full drafting, whose value varies more from step to step) is ahead by
-      more than ``z`` standard errors of the difference,
-
-          g_other - g_incumbent > z sqrt(s_other^2 + s_incumbent^2)
-
-      (``s``: :meth:`DraftLedger.spread`, ``z`` the incumbent ledger's). Without that margin
-      the moving averages' step-to-step noise flipped the two modes back and forth, and every
-      flip restarted the loser's probe clock, so full drafting (twice the drafting time of
-      depth 1 on the dev CPU) was probed every few steps. The loser is still drafted when its
-      probe clock (per mode and bucket: ``period`` skipped steps, doubling from ``probe_min`` to
-      ``probe_max`` while it keeps losing, reset when it takes over) says so, to keep its
-      estimate current;
+    - ``max(G_f, G_s) >= 0``: the larger *mean* gain (``z = 0``) wins, full drafting on a tie;
+      comparing upper bounds would favour the noisier mode, full drafting, whose value varies
+      more from step to step. The other mode is still drafted when its probe clock (per mode
+      and bucket: ``period`` skipped steps while it loses, doubling from ``probe_min`` to
+      ``probe_max`` after each probe) says so, to keep its estimate current. A clock is never
+      restarted: the two means cross back and forth on noise, and restarting the loser's clock
+      at every crossing had full drafting (twice the drafting time of depth 1 on the dev CPU)
+      probed every few steps. A sticky incumbent (the other mode must lead by one standard
+      error to take over) fixed that too, but kept depth 1 at batch 1, where full drafting's
+      value is the noisiest, long after full drafting led again: the demo's mean accepted length
+      fell from 1.60-1.66 to 1.41-1.60 (docs/BENCHMARKS.md, session 15);
     - both < 0: plain decoding, each ledger probing on its own clock
       (:meth:`DraftLedger.should_draft`), full drafting first.
     """
@@ -244,7 +234,6 @@ class ModeChooser:
     full: DraftLedger
     shallow: DraftLedger
     _clocks: dict[tuple[str, int], _Clock] = field(default_factory=dict)
-    _incumbent: dict[int, Mode] = field(default_factory=dict)  # bucket -> mode
 
     def choose(self, live: int, call_price: float) -> Mode:
         """This step's mode (class docstring); advances the probe clocks."""
@@ -263,33 +252,18 @@ class ModeChooser:
             if self.full.should_draft(live, call_price):
                 return "full"
             return "shallow" if self.shallow.should_draft(live, call_price) else "plain"
-        best = self._leader(live, call_price, self._incumbent.get(bucket))
-        if best != self._incumbent.get(bucket):
-            self._clocks.pop(("shallow" if best == "full" else "full", bucket), None)
-        self._incumbent[bucket] = best
+        mean_full, mean_shallow = (
+            self.full.gain(live, call_price, 0.0),
+            self.shallow.gain(live, call_price, 0.0),
+        )
+        assert mean_full is not None  # known, as its bound is
+        assert mean_shallow is not None
+        best: Mode = "full" if mean_full >= mean_shallow else "shallow"
         other: Mode = "shallow" if best == "full" else "full"
-        self._clocks[(best, bucket)] = _Clock()
-        if self._due(other, bucket):
-            return other
-        return best
+        return other if self._due(other, bucket) else best
 
     def _ledger(self, mode: Mode) -> DraftLedger:
         return self.full if mode == "full" else self.shallow
-
-    def _leader(self, live: int, call_price: float, incumbent: Mode | None) -> Mode:
-        """The incumbent (full drafting at first), unless the other mode's mean gain is ahead by
-        the class docstring's margin."""
-        mean = {m: self._ledger(m).gain(live, call_price, 0.0) for m in ("full", "shallow")}
-        spread = {m: self._ledger(m).spread(live) for m in ("full", "shallow")}
-        g_full, g_shallow = mean["full"], mean["shallow"]
-        assert g_full is not None  # known, as its bound is
-        assert g_shallow is not None
-        incumbent = incumbent or "full"
-        other: Mode = "shallow" if incumbent == "full" else "full"
-        s_inc, s_other = spread[incumbent] or 0.0, spread[other] or 0.0
-        lead = (mean[other] or 0.0) - (mean[incumbent] or 0.0)
-        z = self._ledger(incumbent).z
-        return other if lead > z * math.hypot(s_inc, s_other) else incumbent
 
     def _due(self, mode: Mode, bucket: int) -> bool:
         """Whether the losing ``mode`` is probed now (class docstring)."""
