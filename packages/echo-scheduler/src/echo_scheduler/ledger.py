@@ -220,13 +220,11 @@ class ModeChooser:
       comparing upper bounds would favour the noisier mode, full drafting, whose value varies
       more from step to step. The other mode is still drafted when its probe clock (per mode
       and bucket: ``period`` skipped steps while it loses, doubling from ``probe_min`` to
-      ``probe_max`` after each probe) says so, to keep its estimate current. A clock is never
-      restarted: the two means cross back and forth on noise, and restarting the loser's clock
-      at every crossing had full drafting (twice the drafting time of depth 1 on the dev CPU)
-      probed every few steps. A sticky incumbent (the other mode must lead by one standard
-      error to take over) fixed that too, but kept depth 1 at batch 1, where full drafting's
-      value is the noisiest, long after full drafting led again: the demo's mean accepted length
-      fell from 1.60-1.66 to 1.41-1.60 (docs/BENCHMARKS.md, session 15);
+      ``probe_max`` after each probe, restarted whenever the mode wins) says so, to keep its
+      estimate current. Where the means cross often the loser is probed often; two ways of
+      probing it less (a sticky incumbent, clocks never restarted) both lowered the demo's
+      mean accepted length at batch 1 from 1.60-1.66 to 1.41-1.60 and its speedup with it
+      (docs/BENCHMARKS.md, session 15);
     - both < 0: plain decoding, each ledger probing on its own clock
       (:meth:`DraftLedger.should_draft`), full drafting first.
     """
@@ -260,6 +258,7 @@ class ModeChooser:
         assert mean_shallow is not None
         best: Mode = "full" if mean_full >= mean_shallow else "shallow"
         other: Mode = "shallow" if best == "full" else "full"
+        self._clocks[(best, bucket)] = _Clock()  # the winner's clock restarts
         return other if self._due(other, bucket) else best
 
     def _ledger(self, mode: Mode) -> DraftLedger:
