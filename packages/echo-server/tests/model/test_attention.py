@@ -183,3 +183,38 @@ def test_make_batch_rejects_bad_input(kwargs: dict[str, list[int]], message: str
     write = torch.zeros(max(sum(rows), 0), dtype=torch.int64)
     with pytest.raises(ValueError, match=message):
         make_batch(table, [0] * len(cache), cache, rows, write)
+
+
+def test_dense_plan_builds_its_additive_mask_once_and_it_equals_the_boolean_one() -> None:
+    """The SDPA mask is made on the first layer's call and reused: 0 where the boolean mask is
+    true, -inf elsewhere, each row block repeated per query head of a KV head; attending with
+    it gives exactly what SDPA gives for the boolean mask (it converts booleans the same way)."""
+    tree = make_tree([[(5, -1, -0.1), (6, 0, -0.2)], [], [(1, -1, -0.1)]])
+    rows = (verify_offsets(tree)[1:] - verify_offsets(tree)[:-1]).tolist()
+    batch, q, kp, vp = random_batch([4, 6, 2], rows, tree_row_mask(tree), seed=7)
+    plan = TorchAttention(group_rows=False).plan(batch)
+    assert isinstance(plan, DensePlan)
+    assert plan.mask is not None
+    group = HEADS // KV_HEADS
+    first = plan.sdpa_mask(group, torch.float32)
+    assert first is plan.sdpa_mask(group, torch.float32)  # cached, not rebuilt per layer
+    assert first is not None
+    assert first.shape == (3, 1, group * plan.max_rows, plan.mask.shape[-1])
+    keep = plan.mask.repeat(1, 1, group, 1)
+    assert bool((first[keep] == 0).all())
+    assert bool(torch.isneginf(first[~keep]).all())
+    got = TorchAttention(group_rows=False).attend(plan, q, q, q, kp, vp, SCALE)
+    b, w, dim = plan.batch_size, plan.max_rows, q.shape[2]
+    assert plan.row_req is not None
+    assert plan.row_local is not None
+    q_dense = q.new_zeros(b, w, HEADS, dim)
+    q_dense[plan.row_req, plan.row_local] = q
+    q_grouped = q_dense.view(b, w, KV_HEADS, group, dim).permute(0, 2, 3, 1, 4)
+    c = plan.kv_index.shape[1]
+    k = kp[plan.kv_index.reshape(-1)].view(b, c, KV_HEADS, dim).transpose(1, 2)
+    v = vp[plan.kv_index.reshape(-1)].view(b, c, KV_HEADS, dim).transpose(1, 2)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q_grouped.reshape(b, KV_HEADS, group * w, dim), k, v, attn_mask=keep, scale=SCALE
+    )
+    ref = ref.view(b, KV_HEADS, group, w, dim).permute(0, 3, 1, 2, 4).reshape(b, w, HEADS, dim)
+    assert torch.equal(got, ref[plan.row_req, plan.row_local])

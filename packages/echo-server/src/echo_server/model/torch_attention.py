@@ -29,12 +29,19 @@ request verifying 5 rows the split ran the forward's attention 1.20x faster than
 (each extra group costs its own K/V gather and SDPA per layer, and the gather of every request's
 context, not the padded query rows, dominates there), so the rule leaves those dense.
 ``TorchAttention(group_rows=False)`` is dense always.
+
+The mask is passed to SDPA as an additive float mask, ``0`` where visible and ``-inf`` elsewhere,
+already repeated for the query-head groups: that is what SDPA makes of a boolean mask, and
+:meth:`DensePlan.sdpa_mask` makes it once per forward instead of once per layer (a ``repeat``
+and a boolean-to-float ``where`` per layer were 10-15% of the forward's attention for draft
+trees at batch 8 on the Intel Xeon VM: docs/BENCHMARKS.md, session 16). Same values, so the
+same outputs bit for bit.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +60,24 @@ class DensePlan:
     row_local: Tensor | None  # [R] int64 request-local row index
     batch_size: int
     max_rows: int
+    _sdpa_masks: dict[tuple[int, torch.dtype], Tensor] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def sdpa_mask(self, group: int, dtype: torch.dtype) -> Tensor | None:
+        """The additive SDPA mask ``[B, 1, group W, C]`` (0 where ``mask``, -inf elsewhere, each
+        row's block repeated for the ``group`` query heads of a KV head), built on the first
+        layer's call and reused by the others (module docstring)."""
+        if self.mask is None:
+            return None
+        key = (group, dtype)
+        cached = self._sdpa_masks.get(key)
+        if cached is None:
+            keep = self.mask.repeat(1, 1, group, 1)
+            cached = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
+            cached.masked_fill_(~keep, float("-inf"))
+            self._sdpa_masks[key] = cached
+        return cached
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +237,7 @@ def _attend_dense(
     c = plan.kv_index.shape[1]
     k = torch.index_select(k_cache, 0, flat).view(b, c, kv_heads, dim).transpose(1, 2)
     v = torch.index_select(v_cache, 0, flat).view(b, c, kv_heads, dim).transpose(1, 2)
-    mask = None if plan.mask is None else plan.mask.repeat(1, 1, group, 1)  # [B, 1, gW, C]
+    mask = plan.sdpa_mask(group, q.dtype)  # [B, 1, gW, C] additive, built once per plan
     out = F.scaled_dot_product_attention(q_grouped, k, v, attn_mask=mask, scale=scale)
     out = out.view(b, kv_heads, group, w, dim).permute(0, 3, 1, 2, 4).reshape(b, w, heads, dim)
     if plan.row_req is None:
