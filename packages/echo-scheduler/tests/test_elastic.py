@@ -22,6 +22,19 @@ def test_profile_interpolates_and_extends_the_last_slope() -> None:
     assert cost.latency_at(12.0) == pytest.approx(0.034)  # 1 ms per row, as 4 -> 8
 
 
+def test_profile_tensor_latency_equals_the_scalar_one_exactly() -> None:
+    # Below the first point, on every point, between points, past the last, and a falling
+    # segment that the clamp at 0 s cuts: the vector path must give the very same floats.
+    cost = ProfileCost((1.0, 4.0, 8.0, 9.0), (0.020, 0.0263, 0.0301, 0.001))
+    rows = torch.tensor([0.0, 0.5, 1.0, 2.5, 3.0, 4.0, 5.5, 8.0, 8.7, 9.0, 9.5, 40.0])
+    got = cost.latency(rows)
+    assert got.dtype == torch.float64
+    assert got.tolist() == [cost.latency_at(t) for t in rows.tolist()]
+    grid = torch.arange(12).view(3, 4)  # integer rows, any shape
+    assert cost.latency(grid).shape == (3, 4)
+    assert cost.latency(grid).flatten().tolist() == [cost.latency_at(float(t)) for t in range(12)]
+
+
 @pytest.mark.parametrize(
     ("tokens", "seconds"),
     [((1.0,), (0.1,)), ((1.0, 1.0), (0.1, 0.2)), ((2.0, 1.0), (0.1, 0.2)), ((1.0, 2.0), (0.1,))],

@@ -30,6 +30,9 @@ class _LinearLatency:
     def latency_at(self, tokens: float) -> float:
         return self.a + self.b * tokens
 
+    def latency(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.a + self.b * tokens.to(torch.float64)
+
 
 def _step(live: int, accepted: int, verified: int, row: float = 0.5) -> DraftedStep:
     return DraftedStep(

@@ -148,9 +148,12 @@ class VerifyCostModel:
 
 
 class LatencyModel(Protocol):
-    """Anything that predicts verify latency in seconds for T tokens."""
+    """Anything that predicts verify latency in seconds for T tokens: one T in plain Python, or
+    every T of a tensor at once (float64, same shape; equal to ``latency_at`` elementwise)."""
 
     def latency_at(self, tokens: float) -> float: ...
+
+    def latency(self, tokens: Tensor) -> Tensor: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,17 @@ class ProfileCost:
         i = min(bisect.bisect_right(t, tokens), len(t) - 1)  # segment (i - 1, i)
         slope = (y[i] - y[i - 1]) / (t[i] - t[i - 1])
         return max(y[i - 1] + slope * (tokens - t[i - 1]), 0.0)
+
+    def latency(self, tokens: Tensor) -> Tensor:
+        """``latency_at`` for every T of ``tokens`` (float64, same shape), in the same float64
+        operations, so the two agree bit for bit."""
+        x = tokens.to(torch.float64)
+        t = torch.tensor(self.tokens, dtype=torch.float64, device=x.device)
+        y = torch.tensor(self.seconds, dtype=torch.float64, device=x.device)
+        i = torch.searchsorted(t, x, right=True).clamp(max=len(self.tokens) - 1).clamp(min=1)
+        t0, t1, y0, y1 = t[i - 1], t[i], y[i - 1], y[i]
+        inside = (y0 + (y1 - y0) / (t1 - t0) * (x - t0)).clamp(min=0.0)
+        return torch.where(x <= t[0], y[0], inside)
 
 
 def _fit_with_knee(t: Tensor, y: Tensor, knee: float) -> VerifyCostModel:

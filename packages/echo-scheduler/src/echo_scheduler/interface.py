@@ -59,9 +59,7 @@ class RowPrice:
 
     def seconds(self, rows: Tensor) -> Tensor:
         """``scale * latency(T)`` for every T in ``rows``: float64, same shape."""
-        flat = [self.latency.latency_at(float(t)) for t in rows.flatten().tolist()]
-        out = torch.tensor(flat, dtype=torch.float64, device=rows.device)
-        return self.scale * out.view(rows.shape)
+        return self.scale * self.latency.latency(rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from echo_scheduler.cost import Hardware, ModelGeometry, VerifyCostModel
 from echo_scheduler.errors import CostModelError
@@ -35,6 +36,11 @@ def test_four_roofline_models_with_collectives_only_under_tensor_parallelism() -
     per_row = 2 * 94 * (2 * 7 / 8) * 4096 * 2 / (450e9 * 0.8)
     hinge_q = VerifyCostModel.roofline(Hardware.h100(), ModelGeometry.qwen3_235b_a22b(8), 64, 1024)
     assert qwen.verify_s(64, 100) - hinge_q.latency_at(100) == pytest.approx(100 * per_row)
+    # The per-batch latency model the floor and the cut use is the same function, vectorised.
+    rows = torch.arange(60, 400, 7)
+    for cost in (llama, qwen):
+        got = cost.verify_model(64).latency(rows).tolist()
+        assert got == [cost.verify_s(64, float(r)) for r in rows.tolist()]
 
 
 def test_draft_head_roofline_per_call_and_per_node() -> None:

@@ -152,9 +152,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"echo-sd sim: {exc}", file=sys.stderr)
         return 2
     if args.jobs > 1:
+        # Largest batch first (a cell's work grows with B): the last cell to start is a small
+        # one, so the workers finish together. Rows keep the traces' and batches' order.
+        order = sorted(range(len(jobs)), key=lambda i: -jobs[i][-1])
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
-            results = list(pool.map(_cell, jobs))
+            done = dict(zip(order, pool.map(_cell, [jobs[i] for i in order]), strict=True))
+        results = [done[i] for i in range(len(jobs))]
     else:
         results = [_cell(j) for j in jobs]
     rows = [r for cell in results for r in cell]

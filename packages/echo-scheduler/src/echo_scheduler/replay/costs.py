@@ -43,6 +43,7 @@ to have the same shapes (hidden 4,096), on the same TP 8 as its target.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -50,7 +51,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from echo_scheduler.cost import Hardware, ModelGeometry, ProfileCost, VerifyCostModel
+from echo_scheduler.cost import (
+    Hardware,
+    LatencyModel,
+    ModelGeometry,
+    ProfileCost,
+    VerifyCostModel,
+)
 from echo_scheduler.errors import CostModelError
 
 CPU_COST_FORMAT = "echo-cpu-cost/1"
@@ -82,6 +89,10 @@ class StepCost(Protocol):
     @property
     def name(self) -> str: ...
 
+    def verify_model(self, batch: int) -> LatencyModel:
+        """Verify seconds over rows at batch size ``batch``, as a latency model."""
+        ...
+
     def verify_s(self, batch: int, rows: float) -> float: ...
 
     def draft_s(self, batch: int, calls: int, expansions: int) -> float: ...
@@ -89,15 +100,15 @@ class StepCost(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class AtBatch:
-    """A :class:`StepCost`'s verify latency at a fixed batch size, as a ``LatencyModel``."""
-
-    cost: StepCost
-    batch: int
-
-    def latency_at(self, tokens: float) -> float:
-        return self.cost.verify_s(self.batch, tokens)
+@functools.lru_cache(maxsize=256)
+def _roofline(
+    hardware: Hardware, geometry: ModelGeometry, batch: int, context: int, comm_s_per_row: float
+) -> VerifyCostModel:
+    """The roofline hinge with the collectives as its memory slope, ``base + t_comm/row * rows
+    + s_cmp max(0, rows - T0)``; built once per (device, model, batch, context), since replay
+    prices every step's rows through it."""
+    hinge = VerifyCostModel.roofline(hardware, geometry, batch, context)
+    return VerifyCostModel(hinge.base_s, comm_s_per_row, hinge.slope_compute_s, hinge.knee_tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +133,11 @@ class RooflineCost:
         link = self.hardware.link_bandwidth * self.hardware.link_efficiency
         return 2 * self.layers * ring * self.hidden * 2 / link
 
+    def verify_model(self, batch: int) -> VerifyCostModel:
+        return _roofline(self.hardware, self.geometry, batch, self.context, self._comm_s_per_row())
+
     def verify_s(self, batch: int, rows: float) -> float:
-        hinge = VerifyCostModel.roofline(self.hardware, self.geometry, batch, self.context)
-        return hinge.latency_at(rows) + self._comm_s_per_row() * rows
+        return self.verify_model(batch).latency_at(rows)
 
     def per_call_s(self, batch: int) -> float:
         """One drafter call: the head's bf16 weights (2 bytes per parameter) and the batch's
@@ -170,14 +183,17 @@ class ProfiledCost:
     per_node_s: float
     machine: Mapping[str, Any]
 
-    def verify_s(self, batch: int, rows: float) -> float:
+    def verify_model(self, batch: int) -> ProfileCost:
         profile = self.verify.get(batch)
         if profile is None:
             raise CostModelError(
                 f"{self.name}: batch size {batch} was not measured (measured: "
                 f"{sorted(self.verify)}); run scripts/measure_cpu_cost.py with it"
             )
-        return profile.latency_at(rows)
+        return profile
+
+    def verify_s(self, batch: int, rows: float) -> float:
+        return self.verify_model(batch).latency_at(rows)
 
     def draft_s(self, batch: int, calls: int, expansions: int) -> float:
         return calls * self.per_call_s + expansions * self.per_node_s

@@ -38,7 +38,7 @@ from echo_scheduler.interface import StepOutcome
 from echo_scheduler.outcome import accepted_lengths, accepted_mask
 from echo_scheduler.policies import make_policy
 from echo_scheduler.replay.arms import UTILITY_ARM, Arm
-from echo_scheduler.replay.costs import AtBatch, StepCost
+from echo_scheduler.replay.costs import StepCost
 from echo_scheduler.replay.fairness import request_tails
 from echo_scheduler.replay.gates import calibrate_variants, warmup_records
 from echo_scheduler.replay.hindsight import OracleRun, oracle_run
@@ -165,7 +165,7 @@ def drive_arm(
     gate = gates[arm.gate] if arm.gate is not None else None
     policy = make_policy(arm.policy, arm.config, gate=gate)
     b = steps[0].batch_size
-    floor = ElasticFloor(AtBatch(cost, b)) if arm.floor and cost is not None else None
+    floor = ElasticFloor(cost.verify_model(b)) if arm.floor and cost is not None else None
     budget = arm.budget(b)
     serials: dict[str, int] = {}  # a composed step's request names as the engine's serials
     out: list[list[int]] = []
