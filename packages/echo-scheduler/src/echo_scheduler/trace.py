@@ -77,25 +77,21 @@ class RecordedStep:
     def draft(self, pool: TreeBatch, plan: DraftPlan) -> Children:
         rec, ix = self.pool, self.index
         n, b = rec.num_nodes, self.batch_size
-        slot = torch.full((n + b,), -1, dtype=torch.int64)  # expansion per parent
-        topk = torch.zeros(n + b, dtype=torch.int64)
-        current = torch.full((n + b,), ROOT, dtype=torch.int64)
         if plan.root_topk is not None:
-            roots = torch.arange(b)
-            slot[n + roots], topk[n + roots] = roots, plan.root_topk
+            slots = n + torch.arange(b)  # a root's children hang under slot N + b
+            topk, parent = plan.root_topk, torch.full((b,), ROOT, dtype=torch.int64)
         else:
             found = ix.lookup(pool, plan.expand)
             ok = found >= 0
-            slot[found[ok]] = torch.arange(plan.expand.numel())[ok]
-            topk[found[ok]] = plan.topk[ok]
-            current[found[ok]] = plan.expand[ok]
-        parent_slot = ix.parent_slot
-        take = (slot[parent_slot] >= 0) & (ix.rank < topk[parent_slot])
-        idx = take.nonzero().squeeze(1)
-        order = idx[torch.argsort(slot[parent_slot[idx]] * (n + 1) + ix.rank[idx])]
+            slots, topk, parent = found[ok], plan.topk[ok], plan.expand[ok]
+        # The first min(topk, recorded) children of each expanded slot, in expansion order.
+        take = torch.minimum(topk, ix.child_count[slots])
+        total = int(take.sum())
+        within = torch.arange(total) - torch.repeat_interleave(take.cumsum(0) - take, take)
+        order = ix.child_order[torch.repeat_interleave(ix.child_start[slots], take) + within]
         return Children(
             request=ix.req[order],
-            parent=current[parent_slot[order]],
+            parent=torch.repeat_interleave(parent, take),
             token=rec.token[order],
             draft_logprob=rec.draft_logprob[order],
         )
@@ -103,12 +99,14 @@ class RecordedStep:
 
 @dataclass(frozen=True, slots=True)
 class _RecordIndex:
-    """Per recorded node: request, rank among its siblings, parent slot (``N + b`` for a root's
-    children), and the recording's path keys sorted for lookup."""
+    """Per recorded node its request; per parent slot (a node, or ``N + r`` for request r's
+    root) its children in rank order, as a CSR layout; and the recording's path keys sorted
+    for lookup."""
 
     req: Tensor
-    rank: Tensor
-    parent_slot: Tensor
+    child_order: Tensor  # recorded nodes grouped by parent slot, each group in rank order
+    child_start: Tensor  # [N + b]: where a slot's children begin in child_order
+    child_count: Tensor  # [N + b]: how many children a slot has
     sorted_key: Tensor
     perm: Tensor
 
@@ -117,9 +115,12 @@ class _RecordIndex:
         n, b = rec.num_nodes, rec.batch_size
         req, gp = rec.request_index(), rec.global_parent()
         rank = rank_in_group(torch.where(gp >= 0, gp + b, req), torch.arange(n))
+        parent_slot = torch.where(gp >= 0, gp, n + req)
+        child_order = torch.argsort(parent_slot * (n + 1) + rank)
+        count = torch.bincount(parent_slot, minlength=n + b)
         key = req * MODULUS + path_hash(rec, torch.zeros(b, dtype=torch.int64))
         sorted_key, perm = torch.sort(key)
-        return _RecordIndex(req, rank, torch.where(gp >= 0, gp, n + req), sorted_key, perm)
+        return _RecordIndex(req, child_order, count.cumsum(0) - count, count, sorted_key, perm)
 
     def lookup(self, pool: TreeBatch, nodes: Tensor) -> Tensor:
         """Index in the recording of the node with the same request and token path as each of
