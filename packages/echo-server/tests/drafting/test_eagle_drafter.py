@@ -292,13 +292,14 @@ def test_a_step_that_drafts_nothing_costs_the_head_nothing() -> None:
     drafter = EagleDrafter(tiny_head())
     calls = _count_fuse(drafter)
     drafter.observe(feedback([("r", toks[:6], feats[:6], 0, toks[6])]))
-    assert calls[0] == 1  # the prompt runs at once (prefill pays for it)
+    assert calls[0] == 0  # the prompt is queued too: a request never drafted never runs it
     for lo in range(6, 11):
         drafter.observe(feedback([("r", toks[lo : lo + 1], feats[lo : lo + 1], lo, toks[lo + 1])]))
         drafter.begin_step([toks[: lo + 2]], ["r"])
-    assert calls[0] == 1  # five plain steps: queued, never run
+    assert calls[0] == 0  # five plain steps: queued, never run
+    assert drafter._ctx["r"].pending_rows == 11
     _expand(drafter, [[]])
-    assert calls[0] == 2  # one batched pass over the five queued rows
+    assert calls[0] == 1  # one batched pass over the prompt and the five queued rows
     drafter.release("r")
     assert not drafter._ctx
 
@@ -308,9 +309,11 @@ def test_a_long_queue_runs_without_waiting_for_a_draft() -> None:
     drafter = EagleDrafter(tiny_head(), max_pending=4)
     calls = _count_fuse(drafter)
     drafter.observe(feedback([("r", toks[:3], feats[:3], 0, toks[3])]))
+    assert calls[0] == 0  # the prompt waits too
+    assert drafter._ctx["r"].pending_rows == 3
+    want = {3: (1, 0), 5: (1, 2), 7: (2, 0)}  # step at lo -> (head passes, rows still queued)
     for lo in (3, 5, 7):
         drafter.observe(feedback([("r", toks[lo : lo + 2], feats[lo : lo + 2], lo, toks[lo + 2])]))
-    assert calls[0] == 2  # the prompt, then the 4 rows queued by steps at 3 and 5
-    assert drafter._ctx["r"].pending_rows == 2
+        assert (calls[0], drafter._ctx["r"].pending_rows) == want[lo]  # 5 then 4 rows: run
     with pytest.raises(ValueError, match="max_pending"):
         EagleDrafter(tiny_head(), max_pending=0)

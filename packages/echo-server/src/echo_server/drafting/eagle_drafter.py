@@ -10,11 +10,13 @@ the last committed row. Bookkeeping, with the root (the last emitted token) at p
   its output (predicted ``f_P``) is kept; ``log q`` of the token after the root is computed when
   the root is expanded (depth 1 needs no other forward). The head's cache only ever holds rows
   built from target features.
-- Deferred catch-up: a decode step's committed rows are only queued; they run (one batched pass
-  over every request being drafted) when the request's root is next expanded. A step the policy
-  decodes plainly therefore costs the head nothing, and a request that finishes undrafted never
-  runs them. Prompts run at once (prefill pays for them), and so does a request with
-  ``max_pending`` rows queued. Running queued rows later is the same causal computation as
+- Deferred catch-up: committed rows, the prompt's included, are only queued; they run (one
+  batched pass over every request being drafted) when the request's root is next expanded. A
+  step the policy decodes plainly therefore costs the head nothing, and a request that finishes
+  undrafted never runs them, not even its prompt (at c=32 on mtbench ECHO verified 1.7 draft rows
+  a step for 32 requests, and running each prompt through the head at prefill had cost about 2%
+  of its time: docs/BENCHMARKS.md, session 17). A request with ``max_pending`` rows queued runs
+  them at once (memory bound). Running queued rows later is the same causal computation as
   running them step by step.
 - ``expand`` of a node n at depth d >= 1 (path ``c_1..c_d`` from the root): one row
   ``(f^_parent, c_d)`` at position P+d, where ``f^_parent`` is the output of the parent's row (the
@@ -169,8 +171,8 @@ class EagleDrafter:
 
     @torch.inference_mode()
     def observe(self, feedback: TargetFeedback) -> None:
-        """Queue the committed rows; a prompt (rows from position 0) and a request with
-        ``max_pending`` rows queued are run at once, every other request when its root is next
+        """Queue the committed rows (rows from position 0 start a new context); a request with
+        ``max_pending`` rows queued runs them at once, every other request when its root is next
         expanded (module docstring: deferred catch-up)."""
         cu = feedback.cu_rows.tolist()
         if cu[-1] == 0:
@@ -202,7 +204,7 @@ class EagleDrafter:
             )
             ctx.pending_rows += hi - lo
             ctx.root_feature = ctx.root_logprob = None  # stale until the rows are run
-            if start == 0 or ctx.pending_rows >= self.max_pending:
+            if ctx.pending_rows >= self.max_pending:
                 now.append(ctx)
         self._catch_up(now)
 
