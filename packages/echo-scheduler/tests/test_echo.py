@@ -163,9 +163,11 @@ def test_a_floor_above_every_depth_one_estimate_skips_drafting() -> None:
     run = drive(policy, _step(3, 4), budget=100, min_utility=0.95)
     assert run.depths == 0
     assert run.pool.num_nodes == 0
+    assert policy.step_modes["floor"] == 1
     run = drive(policy, _step(3, 4), budget=100, min_utility=0.5)
     assert run.depths >= 1
     assert run.pool.num_nodes > 0
+    assert policy.step_modes["floor"] == 1
 
 
 def test_the_depth_price_limits_how_deep_echo_drafts() -> None:

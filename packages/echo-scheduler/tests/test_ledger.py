@@ -208,6 +208,12 @@ def test_echo_falls_back_to_plain_decoding_when_drafting_keeps_losing() -> None:
     assert calls[3:6] == [1, 1, 1]  # then depth 1 only, until its own ledger has judged
     assert calls[6] == 0  # then plain decoding ...
     assert 0 < sum(c > 0 for c in calls[6:]) < 10  # ... with probes
+    modes = learning.step_modes  # how each step was decided, as the bench reports it
+    assert sum(modes.values()) == len(calls)
+    assert modes["floor"] == 0  # the pre-check passes: a depth-1 draft could pay here
+    assert modes["plain"] == calls.count(0)
+    assert modes["shallow"] >= 3
+    assert modes["full"] >= 3
     assert learning.shallow_ledger is not None
     assert learning.shallow_ledger.summary() != {}
     blind = make_policy("echo_noledger", cfg)
@@ -247,6 +253,7 @@ def test_an_unpriced_step_never_consults_the_ledger() -> None:
         assert run.depths > 0
     assert policy.ledger is not None
     assert policy.ledger.summary() == {}
+    assert sum(policy.step_modes.values()) == 0
 
 
 def _fed(values: dict[str, float], live: int = 8) -> tuple[DraftLedger, DraftLedger]:

@@ -21,7 +21,8 @@ Prints one line per (workload, arm): the median speedup over plain decoding over
 its 95% interval, the rounds, the same while every slot was busy (``busy``: the bench's
 ``steady_tokens_per_s``, bench/metrics.py), the mean accepted length, and of the median round
 the steps, draft rows verified and milliseconds per phase per step; and whether every output
-equalled plain decoding's.
+equalled plain decoding's. For ECHO arms it adds how their steps were decided over all rounds
+(``EchoPolicy.step_modes``: the floor's pre-check, or the mode chooser's plain / shallow / full).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import torch
 
 from echo_scheduler.interface import StepOutcome
 from echo_scheduler.policies.echo import EchoPolicy
+from echo_server.bench.metrics import RunResult
 from echo_server.bench.suite import SuiteSpec, run_suite
 from echo_server.bench.workloads import load_workloads
 from echo_server.cli import build_parser
@@ -95,6 +97,8 @@ def main() -> None:
     workloads = load_workloads(args.workloads, a.num_prompts, args.prompts)
     make = _factory(load(args), args, workloads)
 
+    made: dict[str, list[Engine]] = {}
+
     def factory(label: str, concurrency: int) -> Engine:
         arm, _, budget = label.partition("@")
         before = os.environ.get("ECHO_DRAFT_DTYPE")
@@ -105,10 +109,16 @@ def main() -> None:
         finally:
             os.environ["ECHO_DRAFT_DTYPE"] = before or "auto"
             args.budget = default_budget
+        made.setdefault(label, []).append(engine)
         return _variant(engine, arm) if arm in ("echo-z0", "echo-priced") else engine
 
     spec = SuiteSpec(tuple(a.arms), (a.concurrency,), a.max_tokens, rounds=a.rounds)
-    for r in run_suite(factory, workloads, spec, progress=False).runs:
+    modes: dict[tuple[str, str], str] = {}
+
+    def settled(run: RunResult) -> None:  # a cell's rounds are done: count its engines' steps
+        modes[(run.workload, run.policy)] = _modes(made.pop(run.policy, []))
+
+    for r in run_suite(factory, workloads, spec, progress=False, on_run=settled).runs:
         ci = r.speedup_ci95 or (float("nan"), float("nan"))
         rounds = ", ".join(f"{x:.3f}" for x in r.speedup_rounds)
         busy = r.steady_speedup_ci95 or (float("nan"), float("nan"))
@@ -119,8 +129,19 @@ def main() -> None:
             f"rounds {rounds}; busy {steady:.3f} [{busy[0]:.3f}, {busy[1]:.3f}]; "
             f"MAT {r.mean_accepted_length:.3f}; steps {r.steps}; rows/step "
             f"{r.verified_per_step:.1f}; ms/step {phases}; "
-            f"outputs match {r.outputs_match}"
+            f"outputs match {r.outputs_match}{modes.get((r.workload, r.policy), '')}"
         )
+
+
+def _modes(engines: list[Engine]) -> str:
+    """``; modes floor F plain P shallow S full U`` summed over an ECHO arm's engines ('' for
+    other arms)."""
+    counts: dict[str, int] = {}
+    for engine in engines:
+        if isinstance(engine.policy, EchoPolicy):
+            for mode, n in engine.policy.step_modes.items():
+                counts[mode] = counts.get(mode, 0) + n
+    return "; modes " + " ".join(f"{k} {v}" for k, v in counts.items()) if counts else ""
 
 
 if __name__ == "__main__":

@@ -108,6 +108,11 @@ from echo_scheduler.ranking import (
 BASE, DEPTH, WIDTH, REINVEST = 0, 1, 2, 3
 """Selection tiers, taken in this order."""
 
+STEP_MODES = ("floor", "plain", "shallow", "full")
+"""How a priced step was decided (``EchoPolicy.step_modes`` counts them): ``floor``, the
+pre-check (with maps) found no depth-1 draft worth its row, so plain decoding; else the mode
+chooser's ``plain``, ``shallow`` (depth 1 only) or ``full``."""
+
 
 class EchoPolicy(BasePolicy):
     """ECHO (gate = calibrated sparse GatePolicy) and its ablations (dense, fixed, none)."""
@@ -153,6 +158,7 @@ class EchoPolicy(BasePolicy):
         self._presence = Presence()  # when to forget a request's count
         self._aged: Tensor | None = None  # [B] bool, this step's aged requests (None: none)
         self._plain_draft_s: float | None = None  # d_0: undrafted steps' draft phase, seconds
+        self.step_modes: dict[str, int] = dict.fromkeys(STEP_MODES, 0)  # priced steps per mode
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -198,6 +204,7 @@ class EchoPolicy(BasePolicy):
             per_root = best - batch.min_utility - (batch.node_price or 0.0)
             if per_root <= 0 or live * per_root < self._depth_price():
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
+                self.step_modes["floor"] += 1
         self._live = live
         self._shallow = False
         if width and priced and self.modes is not None:
@@ -206,6 +213,7 @@ class EchoPolicy(BasePolicy):
             if mode == "plain":
                 width = 0  # drafting lost lately at this load: plain decoding (probes aside)
             self._roots = live if width else 0  # a drafted step the ledger will record
+            self.step_modes[mode] += 1
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
     @staticmethod
