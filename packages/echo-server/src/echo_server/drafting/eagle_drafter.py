@@ -13,11 +13,12 @@ the last committed row. Bookkeeping, with the root (the last emitted token) at p
 - Deferred catch-up: committed rows, the prompt's included, are only queued; they run (one
   batched pass over every request being drafted) when the request's root is next expanded. A
   step the policy decodes plainly therefore costs the head nothing, and a request that finishes
-  undrafted never runs them, not even its prompt (at c=32 on mtbench ECHO verified 1.7 draft rows
-  a step for 32 requests, and running each prompt through the head at prefill had cost about 2%
-  of its time: docs/BENCHMARKS.md, session 17). A request with ``max_pending`` rows queued runs
-  them at once (memory bound). Running queued rows later is the same causal computation as
-  running them step by step.
+  undrafted never runs them, not even its prompt (at c=32 on mtbench ECHO verifies 1.6-1.7 draft
+  rows a step for 32 requests). Running every prompt through the head at prefill had put ECHO's
+  total prefill time at c=32 4% (mtbench) and 15% (humaneval) above plain decoding's; deferred,
+  0.6% above and 3% below (two machines: docs/BENCHMARKS.md, sessions 17-18). A request with
+  ``max_pending`` rows queued runs them at once (memory bound). Running queued rows later is the
+  same causal computation as running them step by step.
 - ``expand`` of a node n at depth d >= 1 (path ``c_1..c_d`` from the root): one row
   ``(f^_parent, c_d)`` at position P+d, where ``f^_parent`` is the output of the parent's row (the
   kept root output for d = 1). It attends to the whole committed cache, the rows of its
