@@ -145,6 +145,23 @@ def test_the_row_scale_falls_back_and_is_clamped() -> None:
     assert wild.row_scale() == wild.verify_scale  # never below s
 
 
+def test_a_row_floor_below_one_lets_rows_cost_less_than_the_pass() -> None:
+    # request rows at 2x the profile (long contexts), draft rows at 1.2x: the default prices
+    # rows at s (about 1.9 from these steps), row_floor = 0.25 at the fitted 1.2
+    cost = VerifyCostModel(0.020, 0.002, 0.0, 0.0)
+    floors = {f: ElasticFloor(cost, row_floor=f) for f in (1.0, 0.25)}
+    for b, n in ((4, 8), (8, 2), (2, 6), (8, 0), (6, 12)):
+        t_b, t_bn = cost.latency_at(b), cost.latency_at(b + n)
+        for floor in floors.values():
+            floor.observe(b, n, b + n // 2, 2.0 * t_b + 1.2 * (t_bn - t_b), 0.0, 0.0, 1)
+    s = floors[1.0].verify_scale
+    assert 1.2 < s < 2.0
+    assert floors[1.0].row_scale() == s
+    assert floors[0.25].row_scale() == pytest.approx(1.2, rel=1e-6)
+    with pytest.raises(CostModelError, match="row_floor"):
+        ElasticFloor(cost, row_floor=0.0)
+
+
 def test_proportional_calls_and_nodes_cannot_be_split() -> None:
     floor = ElasticFloor(VerifyCostModel(0.020, 0.002, 0.0, 0.0))
     for calls in (1, 2, 3):

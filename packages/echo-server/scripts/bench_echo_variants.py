@@ -7,6 +7,9 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``echo-z0``: the same, deciding on the mean value (``z = 0``), no optimism.
 - ``echo-priced``: the ledger before measured drafting: the engine's draft time is withheld, so
   a drafted step is charged the fitted per-call and per-node prices.
+- ``echo-rows``: the shipped ECHO with draft rows priced at their own fitted scale even below
+  the whole verify pass's (``ElasticFloor(row_floor=0.25)``; the shipped floor never prices a
+  row below the pass's scale ``s``, echo_scheduler.elastic).
 - ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
   (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
 - ``POLICY@K`` (any arm above, or ``chain``, ``static``, ``eagle2``, ``global-topk``): that arm
@@ -43,12 +46,18 @@ from echo_server.cli.bench import _factory
 from echo_server.cli.options import load
 from echo_server.engine import Engine
 
-ARMS = ("plain", "echo", "echo-z0", "echo-priced", "echo-float32", "echo-bfloat16")
+ARMS = ("plain", "echo", "echo-z0", "echo-priced", "echo-rows", "echo-float32", "echo-bfloat16")
+LOW_ROW_FLOOR = 0.25  # echo-rows
 PEERS = ("chain", "static", "eagle2", "global-topk")
 DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
 
 def _variant(engine: Engine, arm: str) -> Engine:
+    if arm == "echo-rows":
+        if engine.elastic is None:
+            raise TypeError("echo-rows needs the engine's elastic floor")
+        engine.elastic.row_floor = LOW_ROW_FLOOR
+        return engine
     policy = engine.policy
     if not isinstance(policy, EchoPolicy) or policy.ledger is None:
         raise TypeError("the ledger variants need ECHO with its ledger")
@@ -110,7 +119,7 @@ def main() -> None:
             os.environ["ECHO_DRAFT_DTYPE"] = before or "auto"
             args.budget = default_budget
         made.setdefault(label, []).append(engine)
-        return _variant(engine, arm) if arm in ("echo-z0", "echo-priced") else engine
+        return _variant(engine, arm) if arm in ("echo-z0", "echo-priced", "echo-rows") else engine
 
     spec = SuiteSpec(tuple(a.arms), (a.concurrency,), a.max_tokens, rounds=a.rounds)
     modes: dict[tuple[str, str], str] = {}

@@ -65,11 +65,16 @@ class Floor:
 class ElasticFloor:
     """Moving averages of step feedback and the cost floor they imply (module docstring)."""
 
-    def __init__(self, cost: LatencyModel, alpha: float = 0.2) -> None:
+    def __init__(self, cost: LatencyModel, alpha: float = 0.2, row_floor: float = 1.0) -> None:
+        """``row_floor``: the lowest row scale as a fraction of ``s`` (:meth:`row_scale`; 1.0,
+        the default, never prices a draft row below the whole pass's scale)."""
         if not 0.0 < alpha <= 1.0:
             raise CostModelError(f"alpha must be in (0, 1], got {alpha}")
+        if not 0.0 < row_floor <= 1.0:
+            raise CostModelError(f"row_floor must be in (0, 1], got {row_floor}")
         self.cost = cost
         self.alpha = alpha
+        self.row_floor = row_floor
         self.emitted_per_request = 1.0  # m
         self.verified_per_request = 0.0  # v
         self.other_s = 0.0  # o
@@ -104,9 +109,9 @@ class ElasticFloor:
     def row_scale(self) -> float:
         """``s_row``: measured over modelled cost of the draft rows alone, from the weighted
         least-squares fit ``verify_s ~ s_req t(B) + s_row (t(B + N) - t(B))`` over the observed
-        steps (weights decaying by ``1 - alpha / 2``), clamped to ``[s, 4 s]``; ``s`` while the
-        fit is ill-conditioned (no drafted step yet, or N nearly proportional to B:
-        ``det < 0.01 pp qq`` of the normal equations).
+        steps (weights decaying by ``1 - alpha / 2``), clamped to ``[f s, 4 s]`` (``f`` the
+        ``row_floor``, 1 by default); ``s`` while the fit is ill-conditioned (no drafted step
+        yet, or N nearly proportional to B: ``det < 0.01 pp qq`` of the normal equations).
 
         One-sided on purpose: online, over a run's first few dozen steps, the split is noisy
         (0.8-2.1 on the dev CPU's hold-out prompts at concurrency 8, where the whole run's fit
@@ -117,7 +122,10 @@ class ElasticFloor:
         The profile is measured once at a fixed context; a draft row attends to its request's
         whole context, so at long contexts its cost grows faster than the request rows' and one
         scale ``s`` for both undercharges it (dev CPU, concurrency 8, MT-Bench: ``s`` 1.6-1.7,
-        ``s_row`` 1.9-2.4)."""
+        ``s_row`` 1.9-2.4). At concurrency 32 the other way round: the engine's verify pass
+        costs 2.1-2.4 ms per draft row (about 1.1x the profile's slope) while ``s`` is about
+        1.6, so the one-sided scale prices a row about 1.45x its cost (AMD EPYC VM,
+        docs/BENCHMARKS.md, session 19); ``row_floor < 1`` lets the fit go below ``s``."""
         s, m = self.verify_scale, self._verify_moments
         if m is None:
             return s
@@ -128,7 +136,7 @@ class ElasticFloor:
         row = (qv * pp - pv * pq) / det
         if abs(row - s) <= 1e-9 * s:  # the profile is exact (the replay): keep s to the bit
             return s
-        return min(max(row, s), 4.0 * s)  # rows never priced below the pass's own scale
+        return min(max(row, self.row_floor * s), 4.0 * s)  # by default never below s
 
     def draft_split(self) -> tuple[float, float] | None:
         """``(c_call, c_node)``: drafter seconds per call and per expanded node, the weighted
