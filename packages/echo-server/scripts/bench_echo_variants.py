@@ -10,6 +10,9 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``echo-rows``: the shipped ECHO with draft rows priced at their own fitted scale even below
   the whole verify pass's (``ElasticFloor(row_floor=0.25)``; the shipped floor never prices a
   row below the pass's scale ``s``, echo_scheduler.elastic).
+- ``echo-profile``: the shipped ECHO priced by a verify profile timed in interleaved rounds
+  (engine/budget.py ``measure_profile_rounds``, 9 rounds, measured once per process) instead
+  of the cached start-up profile, whose token counts are timed one after another.
 - ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
   (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
 - ``POLICY@K`` (any arm above, or ``chain``, ``static``, ``eagle2``, ``global-topk``): that arm
@@ -36,6 +39,8 @@ from pathlib import Path
 
 import torch
 
+from echo_scheduler.cost import ProfileCost
+from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.interface import StepOutcome
 from echo_scheduler.policies.echo import EchoPolicy
 from echo_server.bench.metrics import RunResult
@@ -45,14 +50,35 @@ from echo_server.cli import build_parser
 from echo_server.cli.bench import _factory
 from echo_server.cli.options import load
 from echo_server.engine import Engine
+from echo_server.engine.budget import PROFILE_TOKENS, measure_profile_rounds
 
-ARMS = ("plain", "echo", "echo-z0", "echo-priced", "echo-rows", "echo-float32", "echo-bfloat16")
+ARMS = (
+    "plain",
+    "echo",
+    "echo-z0",
+    "echo-priced",
+    "echo-rows",
+    "echo-profile",
+    "echo-float32",
+    "echo-bfloat16",
+)
+VARIANTS = ("echo-z0", "echo-priced", "echo-rows", "echo-profile")  # built by _variant
 LOW_ROW_FLOOR = 0.25  # echo-rows
 PEERS = ("chain", "static", "eagle2", "global-topk")
 DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
 
+_PROFILE: list[ProfileCost] = []  # echo-profile's, measured once
+
+
 def _variant(engine: Engine, arm: str) -> Engine:
+    if arm == "echo-profile":
+        if not _PROFILE:
+            seconds = measure_profile_rounds(engine.model, PROFILE_TOKENS, rounds=9)
+            tokens = tuple(float(t) for t in PROFILE_TOKENS)
+            _PROFILE.append(ProfileCost(tokens, tuple(seconds)))
+        engine.elastic = ElasticFloor(_PROFILE[0])
+        return engine
     if arm == "echo-rows":
         if engine.elastic is None:
             raise TypeError("echo-rows needs the engine's elastic floor")
@@ -119,7 +145,7 @@ def main() -> None:
             os.environ["ECHO_DRAFT_DTYPE"] = before or "auto"
             args.budget = default_budget
         made.setdefault(label, []).append(engine)
-        return _variant(engine, arm) if arm in ("echo-z0", "echo-priced", "echo-rows") else engine
+        return _variant(engine, arm) if arm in VARIANTS else engine
 
     spec = SuiteSpec(tuple(a.arms), (a.concurrency,), a.max_tokens, rounds=a.rounds)
     modes: dict[tuple[str, str], str] = {}

@@ -94,6 +94,52 @@ def measure_profile(model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS)
     return [time_verify(model, 1, t - 1, PREFIX) for t in tokens]
 
 
+def measure_profile_rounds(
+    model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS, rounds: int = 9
+) -> list[float]:
+    """:func:`measure_profile`'s passes timed in ``rounds`` interleaved rounds: each round times
+    one pass per T, the T's order rotated by one every round, and each T's median is returned.
+    Timing the T's one after another (:func:`measure_profile`) turns the machine's drift between
+    them into slope: on the AMD EPYC VM the cached profile's 8 -> 16 token slope was 3.8 ms per
+    token against 2.1 [1.9, 2.4] measured interleaved (docs/BENCHMARKS.md, session 19)."""
+    if rounds < 1 or not tokens or min(tokens) < 1:
+        raise CostModelError(f"need rounds >= 1 and token counts >= 1, got {rounds}, {tokens}")
+    dev = model.device
+    size = PREFIX + max(tokens) + 8
+    pool = KVPool(model.config, size, max_requests=1, dtype=model.dtype, device=dev)
+    handle = pool.add_request()
+    slots = pool.allocate(PREFIX)
+    ids = torch.randint(0, model.config.vocab_size, (PREFIX,), generator=torch.Generator())
+    prefill = pool.attention_batch([handle], [PREFIX], slots)
+    model.forward(ids.to(dev), torch.arange(PREFIX, device=dev), prefill, pool.storage)
+    pool.append([handle], slots, [PREFIX])
+    masks = {
+        t: tree_row_mask(make_tree([[(1, i - 1, -0.1) for i in range(t - 1)]])) for t in tokens
+    }
+
+    def one(t: int) -> float:
+        write = pool.allocate(t)
+        batch = pool.attention_batch([handle], [t], write, masks[t])
+        start = time.perf_counter()
+        rows = torch.full((t,), 2, dtype=torch.int64, device=dev)
+        pos = PREFIX + torch.arange(t, device=dev)
+        hidden = model.forward(rows, pos, batch, pool.storage).hidden
+        model.logits(hidden)
+        seconds = time.perf_counter() - start
+        pool.free(write)
+        return seconds
+
+    order = list(tokens)
+    times: dict[int, list[float]] = {t: [] for t in order}
+    for t in order:  # warm-up
+        one(t)
+    for r in range(rounds):
+        k = r % len(order)
+        for t in order[k:] + order[:k]:
+            times[t].append(one(t))
+    return [sorted(times[t])[rounds // 2] for t in tokens]
+
+
 def time_verify(
     model: LlamaModel, batch: int, draft_rows: int, context: int, repeats: int = REPEATS
 ) -> float:
