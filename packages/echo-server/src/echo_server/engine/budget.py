@@ -104,39 +104,15 @@ def measure_profile_rounds(
     token against 2.1 [1.9, 2.4] measured interleaved (docs/BENCHMARKS.md, session 19)."""
     if rounds < 1 or not tokens or min(tokens) < 1:
         raise CostModelError(f"need rounds >= 1 and token counts >= 1, got {rounds}, {tokens}")
-    dev = model.device
-    size = PREFIX + max(tokens) + 8
-    pool = KVPool(model.config, size, max_requests=1, dtype=model.dtype, device=dev)
-    handle = pool.add_request()
-    slots = pool.allocate(PREFIX)
-    ids = torch.randint(0, model.config.vocab_size, (PREFIX,), generator=torch.Generator())
-    prefill = pool.attention_batch([handle], [PREFIX], slots)
-    model.forward(ids.to(dev), torch.arange(PREFIX, device=dev), prefill, pool.storage)
-    pool.append([handle], slots, [PREFIX])
-    masks = {
-        t: tree_row_mask(make_tree([[(1, i - 1, -0.1) for i in range(t - 1)]])) for t in tokens
-    }
-
-    def one(t: int) -> float:
-        write = pool.allocate(t)
-        batch = pool.attention_batch([handle], [t], write, masks[t])
-        start = time.perf_counter()
-        rows = torch.full((t,), 2, dtype=torch.int64, device=dev)
-        pos = PREFIX + torch.arange(t, device=dev)
-        hidden = model.forward(rows, pos, batch, pool.storage).hidden
-        model.logits(hidden)
-        seconds = time.perf_counter() - start
-        pool.free(write)
-        return seconds
-
+    rig = _VerifyRig(model, 1, PREFIX, max(tokens))
     order = list(tokens)
     times: dict[int, list[float]] = {t: [] for t in order}
     for t in order:  # warm-up
-        one(t)
+        rig.seconds(t - 1)
     for r in range(rounds):
         k = r % len(order)
         for t in order[k:] + order[:k]:
-            times[t].append(one(t))
+            times[t].append(rig.seconds(t - 1))
     return [sorted(times[t])[rounds // 2] for t in tokens]
 
 
@@ -146,39 +122,53 @@ def time_verify(
     """Median seconds of the target's verify forward + logits over ``batch`` requests, each a
     cached context of ``context`` tokens and a chain of ``draft_rows`` draft rows (``batch *
     (1 + draft_rows)`` rows), after one warm-up pass."""
-    rows_each = draft_rows + 1
-    pool = KVPool(
-        model.config,
-        batch * (context + rows_each + 8),
-        max_requests=batch,
-        dtype=model.dtype,
-        device=model.device,
-    )
-    handles = [pool.add_request() for _ in range(batch)]
-    g = torch.Generator().manual_seed(0)
-    for h in handles:  # prefill each context (its K/V is what the verify rows attend to)
-        slots = pool.allocate(context)
-        ids = torch.randint(0, model.config.vocab_size, (context,), generator=g)
-        prefill = pool.attention_batch([h], [context], slots)
-        model.forward(
-            ids.to(model.device), torch.arange(context, device=model.device), prefill, pool.storage
+    rig = _VerifyRig(model, batch, context, draft_rows + 1)
+    times = [rig.seconds(draft_rows) for _ in range(repeats + 1)]
+    return sorted(times[1:])[repeats // 2]
+
+
+class _VerifyRig:
+    """``batch`` requests with a prefilled context of ``context`` tokens each (room for up to
+    ``rows_each`` verify rows per request), whose verify passes can be timed again and again."""
+
+    def __init__(self, model: LlamaModel, batch: int, context: int, rows_each: int) -> None:
+        self.model, self.batch, self.context = model, batch, context
+        self.pool = pool = KVPool(
+            model.config,
+            batch * (context + rows_each + 8),
+            max_requests=batch,
+            dtype=model.dtype,
+            device=model.device,
         )
-        pool.append([h], slots, [context])
-    chains = make_tree([[(1, i - 1, -0.1) for i in range(draft_rows)] for _ in range(batch)])
-    mask = tree_row_mask(chains)
-    n = batch * rows_each
-    ids = torch.full((n,), 2, dtype=torch.int64, device=model.device)
-    pos = (context + torch.arange(rows_each, device=model.device)).repeat(batch)
-    times = []
-    for _ in range(repeats + 1):
+        self.handles = [pool.add_request() for _ in range(batch)]
+        g = torch.Generator().manual_seed(0)
+        for h in self.handles:  # prefill each context (its K/V is what the verify rows attend to)
+            slots = pool.allocate(context)
+            ids = torch.randint(0, model.config.vocab_size, (context,), generator=g)
+            prefill = pool.attention_batch([h], [context], slots)
+            dev = model.device
+            model.forward(ids.to(dev), torch.arange(context, device=dev), prefill, pool.storage)
+            pool.append([h], slots, [context])
+
+    def seconds(self, draft_rows: int) -> float:
+        """Seconds of one verify forward + logits, every request verifying its root and a chain
+        of ``draft_rows`` draft rows (K/V written to fresh slots, then freed)."""
+        model, pool, batch, dev = self.model, self.pool, self.batch, self.model.device
+        rows_each = draft_rows + 1
+        chains = make_tree([[(1, i - 1, -0.1) for i in range(draft_rows)] for _ in range(batch)])
+        n = batch * rows_each
+        ids = torch.full((n,), 2, dtype=torch.int64, device=dev)
+        pos = (self.context + torch.arange(rows_each, device=dev)).repeat(batch)
         write = pool.allocate(n)
-        verify = pool.attention_batch(handles, [rows_each] * batch, write, mask)
+        verify = pool.attention_batch(
+            self.handles, [rows_each] * batch, write, tree_row_mask(chains)
+        )
         start = time.perf_counter()
         hidden = model.forward(ids, pos, verify, pool.storage).hidden
         model.logits(hidden)
-        times.append(time.perf_counter() - start)
+        seconds = time.perf_counter() - start
         pool.free(write)
-    return sorted(times[1:])[repeats // 2]
+        return seconds
 
 
 PROFILE_VERSION = 2
