@@ -8,6 +8,13 @@ others), results gathered into one JSON summary:
 2. ``engine``: the engine end to end on the device (:mod:`gpu_check.engine_check`).
 3. ``attention``: Triton tree attention vs torch SDPA with a speed table
    (:mod:`gpu_check.attention_bench`).
+4. ``cost``: a measured verify / draft-head cost profile at Llama-3.1-8B / EAGLE-3 shapes
+   (:mod:`gpu_check.cost_profile`), also written as an ``echo-cpu-cost/1`` file beside the
+   summary (``cost-<device>-llama8b.json``) for ``echo-sd sim --profile``.
+
+On the device the parts run cost, engine, attention, then the tier (the longest and the least
+likely to be cut short by the script's overall limit goes last), and the summary is rewritten
+after every part, so a run stopped by its limit still leaves what finished.
 
 ``--dry-run`` (CPU, CI): the tier is only collected (``--collect-only``), every ECHO module the
 run needs is imported, and the engine and attention parts run at tiny sizes on the CPU, all under
@@ -31,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-PART_TIMEOUT_S = {"tier": 240, "engine": 120, "attention": 90}
-"""Seconds per part on the GPU: 450 in all, inside gpu_check.sh's 480 s limit."""
+PART_TIMEOUT_S = {"cost": 120, "engine": 120, "attention": 90, "tier": 220}
+"""Seconds per part on the GPU: 550 in all, inside gpu_check.sh's 570 s limit."""
 DRY_TIMEOUT_S = 120
 GPU_MODULES = ("echo_core", "echo_gating", "echo_scheduler", "echo_kernels", "echo_sglang")
 SERVER_SUBPACKAGES = ("engine", "model", "drafting", "kv")
@@ -132,6 +139,12 @@ def run_part(part: str, dry: bool) -> dict[str, Any]:
 
         cases, dtype = (CPU_CASES, torch.float32) if dry else (GPU_CASES, torch.bfloat16)
         return run_attention_bench(device, cases, dtype, reps=1 if dry else 20)
+    if part == "cost":
+        from gpu_check.cost_profile import LLAMA31_8B, TINY, run_cost_profile
+
+        if dry:
+            return run_cost_profile(device, TINY, torch.float32, rounds=2, reps=1)
+        return run_cost_profile(device, LLAMA31_8B, torch.bfloat16, rounds=3, reps=5)
     raise ValueError(f"unknown part {part!r}")
 
 
@@ -176,6 +189,51 @@ def main(argv: list[str] | None = None) -> int:
     return _orchestrate(args.dry_run, args.out)
 
 
+def _report(part: str, result: dict[str, Any], out: Path) -> None:
+    """Print one part's result; the cost part's profile is also written beside ``out``."""
+    print(f"{part}: ok={result['ok']} ({result.get('wall_s')} s)", flush=True)
+    if part == "attention" and "cases" in result:
+        from gpu_check.attention_bench import format_table
+
+        print(format_table(result), flush=True)
+    if part == "engine" and "batches" in result:
+        for b, r in result["batches"].items():
+            print(
+                f"  batch {b}: {r['identical']}/{r['requests']} identical, "
+                f"{len(r['near_ties'])} near ties, {len(r['mismatches'])} mismatches, "
+                f"accepted length {r['mean_accepted_length']}, "
+                f"host syncs/step {r['host_syncs_per_step']}, "
+                f"device violations {r['device_violations']}",
+                flush=True,
+            )
+    if part == "cost" and result.get("ok"):
+        import platform
+
+        import torch
+        from gpu_check.cost_profile import as_cost_file
+
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor()
+        machine = {
+            "device": name or "cpu",
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+            "script": "scripts/gpu_check/cost_profile.py",
+        }
+        tag = re.sub(r"[^a-z0-9]+", "-", machine["device"].lower()).strip("-") or "cpu"
+        path = out.parent / f"cost-{tag}-llama8b.json"
+        path.write_text(json.dumps(as_cost_file(result, machine), indent=1) + "\n")
+        for b, v in result["verify"].items():
+            print(f"  verify B={b}: rows {v['rows']} ms {v['raw_ms']}", flush=True)
+        for b, d in result["draft_by_batch"].items():
+            print(
+                f"  draft B={b}: call {1e3 * d['per_call_s']:.3f} ms, "
+                f"node {1e6 * d['per_node_s']:.2f} us ({d['raw_ms']} ms)",
+                flush=True,
+            )
+        print(f"  sdpa={result['sdpa_backend']} profile: {path}", flush=True)
+
+
 def _orchestrate(dry: bool, out: Path | None) -> int:
     import torch
 
@@ -187,31 +245,25 @@ def _orchestrate(dry: bool, out: Path | None) -> int:
         "device_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "parts": {},
     }
-    summary["parts"]["tier"] = run_tier(dry)
-    print(f"tier: ok={summary['parts']['tier']['ok']}", flush=True)
-    parts = ("imports", "engine", "attention") if dry else ("engine", "attention")
-    for part in parts:
-        timeout = DRY_TIMEOUT_S if dry else PART_TIMEOUT_S[part]
-        summary["parts"][part] = result = _spawn(part, dry, timeout)
-        print(f"{part}: ok={result['ok']} ({result.get('wall_s')} s)", flush=True)
-        if part == "attention" and "cases" in result:
-            from gpu_check.attention_bench import format_table
-
-            print(format_table(result), flush=True)
-        if part == "engine" and "batches" in result:
-            for b, r in result["batches"].items():
-                print(
-                    f"  batch {b}: {r['identical']}/{r['requests']} identical, "
-                    f"{len(r['near_ties'])} near ties, {len(r['mismatches'])} mismatches, "
-                    f"accepted length {r['mean_accepted_length']}, "
-                    f"host syncs/step {r['host_syncs_per_step']}, "
-                    f"device violations {r['device_violations']}",
-                    flush=True,
-                )
-    summary["ok"] = all(p["ok"] for p in summary["parts"].values())
-    summary["seconds"] = round(time.perf_counter() - start, 2)
     if out is None:
         out = Path(tempfile.gettempdir()) / ("gpu_check_dry.json" if dry else "gpu_check.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    parts = (
+        ("tier", "imports", "cost", "engine", "attention")
+        if dry
+        else ("cost", "engine", "attention", "tier")
+    )
+    for part in parts:
+        if part == "tier":
+            summary["parts"]["tier"] = run_tier(dry)
+            print(f"tier: ok={summary['parts']['tier']['ok']}", flush=True)
+        else:
+            timeout = DRY_TIMEOUT_S if dry else PART_TIMEOUT_S[part]
+            summary["parts"][part] = _spawn(part, dry, timeout)
+            _report(part, summary["parts"][part], out)
+        out.write_text(json.dumps(summary, indent=1, default=str))
+    summary["ok"] = all(p["ok"] for p in summary["parts"].values())
+    summary["seconds"] = round(time.perf_counter() - start, 2)
     out.write_text(json.dumps(summary, indent=1, default=str))
     print(f"gpu_check: ok={summary['ok']} in {summary['seconds']} s; summary: {out}", flush=True)
     return 0 if summary["ok"] else 1
