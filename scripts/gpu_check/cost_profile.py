@@ -24,6 +24,13 @@ features runs once per step on the roots; it is left out (12% of the head's para
 per step rather than per call). Per batch size, ``t(B, n) = c_call(B) + c_node(B) B n`` is the
 least-squares line through the measured n.
 
+``attention="triton"`` (part ``cost-triton``) runs the layers' attention through echo-kernels'
+ragged ``tree_attention`` over a paged pool instead (the engine's own kernel on CUDA; K/V of the
+new rows read from their projections, as in the engine's verify pass), and adds **skewed**
+shapes: at the same total ``T = B r``, half of the requests verify 1 row and half ``2 r - 1``
+(ECHO's selections are ragged; a fixed tree's are uniform). The question they answer: does a
+verify pass cost its total rows, whatever their spread?
+
 Each shape is captured in a CUDA graph (as SGLang serves decode and verify; eager on the CPU)
 and timed in ``rounds`` interleaved rounds over all shapes, ``reps`` replays per round, CUDA
 events; the reported time is the median of all replays, with the spread between rounds' medians.
@@ -99,47 +106,83 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class _Layer:
-    """Weights, KV cache and static buffers of one attention + MLP block (target or head)."""
+    """Weights, KV cache and static buffers of one attention + MLP block (target or head).
+
+    The cache is ``[B, Hkv, L, D]`` for SDPA, or (``paged``) a pool ``[B L, Hkv, D]`` where
+    request b's token t sits at slot ``b L + t`` (``L = context + headroom``).
+    """
 
     def __init__(
         self, s: Shapes, in_dim: int, batch: int, gen: torch.Generator, dev: torch.device,
-        dtype: torch.dtype,
+        dtype: torch.dtype, paged: bool = False,
     ) -> None:  # fmt: skip
         h, kv = s.hidden, s.kv_heads * s.head_dim
 
         def w(*shape: int) -> Tensor:
             return torch.randn(*shape, generator=gen, device=dev, dtype=dtype) * 0.02
 
-        self.s = s
+        self.s, self.paged = s, paged
         self.wqkv, self.wo = w(h + 2 * kv, in_dim), w(h, h)
         self.wgu, self.wd = w(2 * s.intermediate, h), w(h, s.intermediate)
         self.norm1 = torch.ones(in_dim, device=dev, dtype=dtype)
         self.norm2 = torch.ones(h, device=dev, dtype=dtype)
-        extra = max(s.rows_per_request + s.nodes_per_request)
-        self.k = torch.zeros(
-            batch, s.kv_heads, s.context + extra, s.head_dim, device=dev, dtype=dtype
+        self.span = s.context + 2 * max(s.rows_per_request + s.nodes_per_request)
+        shape = (
+            (batch * self.span, s.kv_heads, s.head_dim)
+            if paged
+            else (batch, s.kv_heads, self.span, s.head_dim)
         )
-        self.v = torch.zeros_like(self.k)
+        self.k = torch.empty(shape, device=dev, dtype=dtype).normal_(generator=gen)
+        self.v = torch.empty(shape, device=dev, dtype=dtype).normal_(generator=gen)
 
-    def __call__(
-        self, x: Tensor, batch: int, r: int, mask: Tensor, cos: Tensor, sin: Tensor
-    ) -> Tensor:
+    def __call__(self, x: Tensor, batch: int, r: int, attn: Any) -> Tensor:
+        """``attn``: ``(mask, cos, sin)`` for SDPA (r rows per request), or ``(meta, cos, sin)``
+        for the paged pool (any rows per request; ``cos``/``sin`` per row)."""
         s, ctx, d = self.s, self.s.context, self.s.head_dim
         g, rep = s.kv_heads, s.heads // s.kv_heads
         qkv = _rmsnorm(x, self.norm1) @ self.wqkv.T
         q, k, v = qkv.split((s.hidden, g * d, g * d), dim=-1)
-        q = _rope(q.reshape(batch, r, s.heads, d).transpose(1, 2), cos, sin)  # [B, H, r, d]
-        k = _rope(k.reshape(batch, r, g, d).transpose(1, 2), cos, sin)
-        self.k[:batch, :, ctx : ctx + r] = k
-        self.v[:batch, :, ctx : ctx + r] = v.reshape(batch, r, g, d).transpose(1, 2)
-        q = q.reshape(batch, g, rep * r, d)  # query head g*rep + j -> KV head g (GQA folded)
-        keys, values = self.k[:batch, :, : ctx + r], self.v[:batch, :, : ctx + r]
-        o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        o = o.reshape(batch, s.heads, r, d).transpose(1, 2).reshape(batch * r, s.hidden)
+        if self.paged:
+            from echo_kernels import tree_attention
+
+            meta, cos, sin = attn
+            rows = x.shape[0]
+            q = _rope(q.reshape(rows, s.heads, d), cos, sin).contiguous()
+            k = _rope(k.reshape(rows, g, d), cos, sin).contiguous()
+            v = v.reshape(rows, g, d).contiguous()
+            o = tree_attention(q, k, v, self.k, self.v, meta).reshape(rows, s.hidden)
+        else:
+            mask, cos, sin = attn
+            q = _rope(q.reshape(batch, r, s.heads, d).transpose(1, 2), cos, sin)  # [B, H, r, d]
+            k = _rope(k.reshape(batch, r, g, d).transpose(1, 2), cos, sin)
+            self.k[:batch, :, ctx : ctx + r] = k
+            self.v[:batch, :, ctx : ctx + r] = v.reshape(batch, r, g, d).transpose(1, 2)
+            q = q.reshape(batch, g, rep * r, d)  # query head g*rep + j -> KV head g (GQA folded)
+            keys, values = self.k[:batch, :, : ctx + r], self.v[:batch, :, : ctx + r]
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+            o = o.reshape(batch, s.heads, r, d).transpose(1, 2).reshape(batch * r, s.hidden)
         x = (x[:, : s.hidden] if x.shape[-1] != s.hidden else x) + o @ self.wo.T
         gu = _rmsnorm(x, self.norm2) @ self.wgu.T
         gate, up = gu.chunk(2, dim=-1)
         return x + (F.silu(gate) * up) @ self.wd.T
+
+
+def _paged_attn(
+    s: Shapes, layer: _Layer, sizes: list[int], dev: torch.device, dtype: torch.dtype
+) -> tuple[Any, Tensor, Tensor]:
+    """Tree metadata for requests ``0..len(sizes)-1`` with ``sizes[b]`` draft nodes each (a
+    random recursive tree under each root), every request at ``context`` cached tokens, and
+    per-row rotary tables ``[rows, 1, D]``."""
+    from echo_kernels import verify_metadata
+    from echo_kernels.testing import random_tree_of_sizes, tree_to
+
+    batch = len(sizes)
+    tree = tree_to(random_tree_of_sizes(torch.Generator().manual_seed(batch), sizes), dev)
+    slots = torch.arange(batch * layer.span, device=dev).view(batch, layer.span)[:, : s.context]
+    cache_len = torch.full((batch,), s.context, dtype=torch.int64, device=dev)
+    meta = verify_metadata(tree, cache_len, slots.contiguous())
+    cos, sin = _rotary_at(s, meta.positions, dtype)
+    return meta, cos, sin
 
 
 def _chain_mask(s: Shapes, r: int, dev: torch.device) -> Tensor:
@@ -153,18 +196,27 @@ def _chain_mask(s: Shapes, r: int, dev: torch.device) -> Tensor:
     return padded[None, None, :, :width]
 
 
-def _rotary(s: Shapes, r: int, dev: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    pos = torch.arange(s.context, s.context + r, device=dev, dtype=torch.float32)
+def _rotary_at(s: Shapes, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Rotary tables ``[len(positions), 1, D]`` (theta 500,000, Llama-3.1's base)."""
+    dev = positions.device
     inv = 1.0 / (500000.0 ** (torch.arange(0, s.head_dim, 2, device=dev) / s.head_dim))
-    ang = torch.outer(pos, inv).repeat(1, 2)
-    return ang.cos().to(dtype), ang.sin().to(dtype)
+    ang = torch.outer(positions.to(torch.float32), inv).repeat(1, 2)
+    return ang.cos().to(dtype)[:, None], ang.sin().to(dtype)[:, None]
+
+
+def _rotary(s: Shapes, r: int, dev: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Rotary tables ``[r, D]`` for rows at positions ``context .. context + r - 1``."""
+    cos, sin = _rotary_at(s, torch.arange(s.context, s.context + r, device=dev), dtype)
+    return cos[:, 0], sin[:, 0]
 
 
 class _Timer:
     """A shape's forward, as a CUDA graph where the device allows (eager otherwise)."""
 
     def __init__(self, fn: Callable[[], Tensor], dev: torch.device, graphs: bool) -> None:
-        self.fn, self.dev, self.graph = fn, dev, None
+        self.fn, self.dev = fn, dev
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.capture_error: str | None = None
         if dev.type == "cuda" and graphs:
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -172,9 +224,14 @@ class _Timer:
                 for _ in range(2):
                     fn()
             torch.cuda.current_stream().wait_stream(stream)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                fn()
+            try:
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    fn()
+                self.graph = graph
+            except RuntimeError as err:  # timed eagerly instead; the summary says so
+                self.capture_error = repr(err)[:300]
+                torch.cuda.synchronize()
         else:
             fn()
 
@@ -221,51 +278,66 @@ def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 def run_cost_profile(
     device: torch.device, s: Shapes, dtype: torch.dtype, rounds: int, reps: int,
-    graphs: bool = True,
+    graphs: bool = True, attention: str = "sdpa",
 ) -> dict[str, Any]:  # fmt: skip
-    """Time every (B, r) verify pass and (B, n) head call; returns the profile and its spread."""
+    """Time every (B, r) verify pass and (B, n) head call; returns the profile and its spread.
+    ``attention``: ``"sdpa"`` or ``"triton"`` (module docstring; the head always uses SDPA)."""
+    if attention not in ("sdpa", "triton"):
+        raise ValueError(f"attention must be 'sdpa' or 'triton', got {attention!r}")
+    paged = attention == "triton"
     started = time.perf_counter()
     gen = torch.Generator(device=device).manual_seed(0)
     bmax = max(s.batches)
     embed = torch.randn(s.vocab, s.hidden, generator=gen, device=device, dtype=dtype) * 0.02
     lm = torch.randn(s.vocab, s.hidden, generator=gen, device=device, dtype=dtype) * 0.02
-    layers = [_Layer(s, s.hidden, bmax, gen, device, dtype) for _ in range(s.layers)]
+    layers = [_Layer(s, s.hidden, bmax, gen, device, dtype, paged) for _ in range(s.layers)]
     head = _Layer(s, 2 * s.hidden, bmax, gen, device, dtype)
     head_lm = torch.randn(s.draft_vocab, s.hidden, generator=gen, device=device, dtype=dtype) * 0.02
     final = torch.ones(s.hidden, device=device, dtype=dtype)
-    for layer in [*layers, head]:  # cached context: random keys, so attention is not degenerate
-        layer.k.normal_(generator=gen)
-        layer.v.normal_(generator=gen)
     setup_s = time.perf_counter() - started
 
-    def verify_fn(batch: int, r: int) -> Callable[[], Tensor]:
-        ids = torch.randint(0, s.vocab, (batch * r,), generator=gen, device=device)
-        mask, (cos, sin) = _chain_mask(s, r, device), _rotary(s, r, device, dtype)
+    def verify_fn(batch: int, sizes: list[int]) -> Callable[[], Tensor]:
+        """A verify pass where request b verifies its root and ``sizes[b]`` draft rows."""
+        rows = batch + sum(sizes)
+        ids = torch.randint(0, s.vocab, (rows,), generator=gen, device=device)
+        r = 1 + sizes[0]  # SDPA: uniform sizes
+        attn: Any = (
+            _paged_attn(s, layers[0], sizes, device, dtype)
+            if paged
+            else (_chain_mask(s, r, device), *_rotary(s, r, device, dtype))
+        )
 
         def fn() -> Tensor:
             x = embed[ids]
             for layer in layers:
-                x = layer(x, batch, r, mask, cos, sin)
+                x = layer(x, batch, r, attn)
             return (_rmsnorm(x, final) @ lm.T).argmax(-1)
 
         return fn
 
     def head_fn(batch: int, n: int) -> Callable[[], Tensor]:
         feats = torch.randn(batch * n, 2 * s.hidden, generator=gen, device=device, dtype=dtype)
-        mask, (cos, sin) = _chain_mask(s, n, device), _rotary(s, n, device, dtype)
+        attn = (_chain_mask(s, n, device), *_rotary(s, n, device, dtype))
 
         def fn() -> Tensor:
-            x = head(feats, batch, n, mask, cos, sin)
+            x = head(feats, batch, n, attn)
             return (_rmsnorm(x, final) @ head_lm.T).topk(8, dim=-1).indices
 
         return fn
 
     shapes: dict[tuple[str, int, int], _Timer] = {}
     with torch.inference_mode():
-        backend = _sdpa_backend(s, max(s.batches), max(s.rows_per_request), device, dtype)
+        backend = (
+            "echo_kernels.tree_attention"
+            if paged
+            else _sdpa_backend(s, bmax, max(s.rows_per_request), device, dtype)
+        )
         for b in s.batches:
             for r in s.rows_per_request:
-                shapes["verify", b, r] = _Timer(verify_fn(b, r), device, graphs)
+                shapes["verify", b, r] = _Timer(verify_fn(b, [r - 1] * b), device, graphs)
+                if paged and r > 1 and b > 1:  # same total rows, half at 1 and half at 2r - 1
+                    skew = [0 if i % 2 else 2 * r - 2 for i in range(b)]
+                    shapes["skew", b, r] = _Timer(verify_fn(b, skew), device, graphs)
             for n in s.nodes_per_request:
                 shapes["draft", b, n] = _Timer(head_fn(b, n), device, graphs)
         capture_s = time.perf_counter() - started - setup_s
@@ -292,6 +364,10 @@ def run_cost_profile(
             "raw_ms": [round(m[0], 4) for m in med],
             "round_range_ms": [[round(m[1], 4), round(m[2], 4)] for m in med],
         }
+        skew = [summary(("skew", b, r)) for r in s.rows_per_request if ("skew", b, r) in samples]
+        if skew:
+            verify[str(b)]["skewed_raw_ms"] = [round(m[0], 4) for m in skew]
+            verify[str(b)]["skewed_rows"] = [float(b * r) for r in s.rows_per_request if r > 1]
         nodes = [b * n for n in s.nodes_per_request]
         dmed = [summary(("draft", b, n)) for n in s.nodes_per_request]
         call_ms, node_ms = _line(nodes, [m[0] for m in dmed])
@@ -316,6 +392,9 @@ def run_cost_profile(
         },
         "dtype": str(dtype).removeprefix("torch."),
         "cuda_graphs": graphs and device.type == "cuda",
+        "graphs_captured": sum(t.graph is not None for t in shapes.values()),
+        "capture_errors": sorted({t.capture_error for t in shapes.values() if t.capture_error}),
+        "attention": attention,
         "sdpa_backend": backend,
         "rounds": rounds,
         "reps": reps,
