@@ -85,10 +85,39 @@ def test_profiled_cost_round_trips_and_refuses_unmeasured_batches(tmp_path: Path
         cost.verify_s(2, 4)
 
 
+def test_per_batch_draft_costs_replace_the_scalar_pair_where_measured(tmp_path: Path) -> None:
+    path = tmp_path / "cost-gpu-x.json"
+    save_profiled(path, {16: ([16, 32], [0.01, 0.012])}, 1e-3, 1e-5, {"device": "test"})
+    doc = json.loads(path.read_text())
+    doc["draft_by_batch"] = {"16": {"per_call_s": 4e-4, "per_node_s": 2e-6}}
+    path.write_text(json.dumps(doc))
+    cost = load_profiled(path, "x-measured")
+    assert cost.name == "x-measured"
+    assert cost.draft_s(16, 3, 100) == pytest.approx(3 * 4e-4 + 100 * 2e-6)
+    assert cost.draft_s(1, 3, 100) == pytest.approx(3 * 1e-3 + 100 * 1e-5)  # scalar elsewhere
+    assert cost.describe()["draft_by_batch_ms"] == {"16": [0.4, 0.002]}
+
+
 @pytest.mark.parametrize(
     "text",
     [
         "{not json",
+        json.dumps(
+            {
+                "format": CPU_COST_FORMAT,
+                "verify": {"1": {"rows": [1, 2], "seconds": [0.1, 0.2]}},
+                "draft": {"per_call_s": 0.0, "per_node_s": 0.0},
+                "draft_by_batch": {"1": {"per_call_s": float("nan"), "per_node_s": 0.0}},
+            }
+        ),
+        json.dumps(
+            {
+                "format": CPU_COST_FORMAT,
+                "verify": {"1": {"rows": [1, 2], "seconds": [0.1, 0.2]}},
+                "draft": {"per_call_s": 0.0, "per_node_s": 0.0},
+                "draft_by_batch": {"1": {"per_call_s": 0.1}},
+            }
+        ),
         json.dumps({"format": "other"}),
         json.dumps({"format": CPU_COST_FORMAT, "verify": {}}),
         json.dumps({"format": CPU_COST_FORMAT, "verify": {"1": {"rows": [1]}}, "draft": {}}),

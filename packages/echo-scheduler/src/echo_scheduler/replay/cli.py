@@ -2,12 +2,14 @@
 
 Each trace file is one workload (``trace-<name>.json[.gz]``, echo-trace/1). Cost models: ``cpu``
 (from ``--cpu-cost``, default ``cost-cpu.json`` beside the first trace, measured by
-``scripts/measure_cpu_cost.py``) at ``--cpu-batches``, and the four rooflines (H100/H200 x
-Llama-3.1-8B / Qwen3-235B-A22B on TP 8) at ``--gpu-batches``. Writes one JSON row per (trace,
-cost model, batch size, arm) with ``tokens_per_s``, ``eta`` and its factors, and against
-``echo`` the paired difference with its bootstrap ``ci95`` (module :mod:`~.run`), plus each grid
-family's best point (``chain*``, ``static*``, ``eagle2*``) and the oracle. Cells run in
-``--jobs`` worker processes; the numbers do not depend on it.
+``scripts/measure_cpu_cost.py``) at ``--cpu-batches``, the four rooflines (H100/H200 x
+Llama-3.1-8B / Qwen3-235B-A22B on TP 8) at ``--gpu-batches``, and each measured GPU profile
+(``--gpu-cost``, default every ``cost-gpu-<name>.json`` beside the first trace, written by
+``scripts/gpu_check``; model ``<name>-measured``) at the ``--gpu-batches`` it measured.
+Writes one JSON row per (trace, cost model, batch size, arm) with ``tokens_per_s``, ``eta``
+and its factors, and against ``echo`` the paired difference with its bootstrap ``ci95`` (module
+:mod:`~.run`), plus each grid family's best point (``chain*``, ``static*``, ``eagle2*``) and
+the oracle. Cells run in ``--jobs`` worker processes; the numbers do not depend on it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from echo_scheduler.rows import TraceRow, load_rows
 
 FORMAT = "echo-sim-replay/1"
 CPU_COST_FILE = "cost-cpu.json"
+GPU_COST_GLOB = "cost-gpu-*.json"
 _DEFAULT = ReplaySpec()
 
 
@@ -85,6 +88,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"default: {CPU_COST_FILE} beside "
         "the first trace (the cpu model is skipped when absent)",
     )
+    p.add_argument(
+        "--gpu-cost",
+        type=Path,
+        nargs="*",
+        default=None,
+        help=f"measured GPU profiles (default: {GPU_COST_GLOB} beside the first trace)",
+    )
     p.add_argument("--cost-models", nargs="+", default=None, help="subset of the cost models")
     p.add_argument("--cpu-batches", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--gpu-batches", type=int, nargs="+", default=[16, 64, 256])
@@ -120,6 +130,19 @@ def _costs(args: argparse.Namespace) -> tuple[list[tuple[StepCost, tuple[int, ..
     else:
         notes.append(f"cpu: no {cpu_path}, cpu cost model skipped")
     out += [(c, tuple(args.gpu_batches)) for c in roofline_costs().values()]
+    gpu_paths = (
+        sorted(args.traces[0].parent.glob(GPU_COST_GLOB))
+        if args.gpu_cost is None
+        else args.gpu_cost
+    )
+    for path in gpu_paths:
+        name = re.sub(r"\.json$", "", path.name).removeprefix("cost-gpu-") + "-measured"
+        gpu = load_profiled(path, name)
+        measured = [b for b in args.gpu_batches if b in gpu.batch_sizes]
+        if len(measured) < len(args.gpu_batches):
+            missing = sorted(set(args.gpu_batches) - set(measured))
+            notes.append(f"{name}: batch sizes {missing} not measured in {path}, skipped")
+        out.append((gpu, tuple(measured)))
     if args.cost_models:
         known = {c.name for c, _ in out}
         unknown = sorted(set(args.cost_models) - known)

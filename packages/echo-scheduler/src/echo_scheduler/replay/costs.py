@@ -15,6 +15,12 @@ expansions`` is the least-squares fit of the drafter's timed calls (measured at 
 CPU head's cost is its rows, not its small KV cache). Only measured batch sizes can be
 replayed.
 
+**Measured GPU** (also :class:`ProfiledCost`): the same file format written by
+``scripts/gpu_check`` (part ``cost-triton``) from a Llama-3.1-8B-shaped verify pass and an
+EAGLE-3-shaped head on the device, in CUDA graphs; its ``draft_by_batch`` gives ``c_call`` and
+``c_node`` per batch size (a GPU head call reads the batch's draft KV cache, so its cost grows
+with B), used instead of the scalar fit at those sizes.
+
 **Roofline** (:class:`RooflineCost`, H100/H200): ``t_verify = base + s_cmp max(0, rows - T0) +
 t_comm(rows)`` with the hinge of :meth:`~echo_scheduler.cost.VerifyCostModel.roofline` (weights
 and the batch's KV cache read once; compute-bound past the knee) and, under tensor parallelism
@@ -43,6 +49,7 @@ to have the same shapes (hidden 4,096), on the same TP 8 as its target.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -182,6 +189,8 @@ class ProfiledCost:
     per_call_s: float
     per_node_s: float
     machine: Mapping[str, Any]
+    draft_by_batch: Mapping[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    """batch size -> (c_call, c_node) where measured per batch; else the scalar pair."""
 
     def verify_model(self, batch: int) -> ProfileCost:
         profile = self.verify.get(batch)
@@ -196,7 +205,8 @@ class ProfiledCost:
         return self.verify_model(batch).latency_at(rows)
 
     def draft_s(self, batch: int, calls: int, expansions: int) -> float:
-        return calls * self.per_call_s + expansions * self.per_node_s
+        per_call, per_node = self.draft_by_batch.get(batch, (self.per_call_s, self.per_node_s))
+        return calls * per_call + expansions * per_node
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -213,6 +223,10 @@ class ProfiledCost:
             "verify_rows": {str(b): list(p.tokens) for b, p in self.verify.items()},
             "draft_per_call_ms": round(1e3 * self.per_call_s, 4),
             "draft_per_node_ms": round(1e3 * self.per_node_s, 4),
+            "draft_by_batch_ms": {
+                str(b): [round(1e3 * c, 4), round(1e3 * n, 5)]
+                for b, (c, n) in sorted(self.draft_by_batch.items())
+            },
         }
 
 
@@ -251,6 +265,10 @@ def load_profiled(path: str | Path, name: str = "cpu") -> ProfiledCost:
         }
         per_call, per_node = float(data["draft"]["per_call_s"]), float(data["draft"]["per_node_s"])
         machine = dict(data.get("machine", {}))
+        by_batch = {
+            int(b): (float(d["per_call_s"]), float(d["per_node_s"]))
+            for b, d in data.get("draft_by_batch", {}).items()
+        }
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CostModelError(f"{path}: malformed {CPU_COST_FORMAT} file: {exc}") from exc
     if not verify or any(b < 1 for b in verify):
@@ -258,9 +276,10 @@ def load_profiled(path: str | Path, name: str = "cpu") -> ProfiledCost:
     for b, profile in verify.items():  # the oracle bound needs more rows never to cost less
         if any(t2 < t1 for t1, t2 in zip(profile.seconds, profile.seconds[1:], strict=False)):
             raise CostModelError(f"{path}: verify seconds at batch {b} must not fall with rows")
-    if not all(math.isfinite(x) and x >= 0 for x in (per_call, per_node)):
+    drafts = (per_call, per_node, *(x for pair in by_batch.values() for x in pair))
+    if not all(math.isfinite(x) and x >= 0 for x in drafts):
         raise CostModelError(f"{path}: draft costs must be finite and >= 0")
-    return ProfiledCost(name, verify, per_call, per_node, machine)
+    return ProfiledCost(name, verify, per_call, per_node, machine, by_batch)
 
 
 def save_profiled(
