@@ -38,10 +38,12 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-PART_TIMEOUT_S = {"cost": 120, "cost-triton": 150, "engine": 120, "attention": 90, "tier": 220}
+PART_TIMEOUT_S = {
+    "cost": 120, "cost-triton": 150, "engine": 120, "attention": 90, "tier": 220, "tiles": 150,
+}  # fmt: skip
 """Seconds per part on the GPU (``--parts`` picks some; all of them need more than the script's
 570 s limit only if every part runs to its timeout: the first H200 run took 102 s for four)."""
-ALL_PARTS = ("cost", "cost-triton", "engine", "attention", "tier")
+ALL_PARTS = ("cost", "cost-triton", "engine", "attention", "tier", "tiles")
 DRY_TIMEOUT_S = 120
 GPU_MODULES = ("echo_core", "echo_gating", "echo_scheduler", "echo_kernels", "echo_sglang")
 SERVER_SUBPACKAGES = ("engine", "model", "drafting", "kv")
@@ -141,6 +143,13 @@ def run_part(part: str, dry: bool) -> dict[str, Any]:
 
         cases, dtype = (CPU_CASES, torch.float32) if dry else (GPU_CASES, torch.bfloat16)
         return run_attention_bench(device, cases, dtype, reps=1 if dry else 20)
+    if part == "tiles":
+        from gpu_check.tile_sweep import CPU_SHAPES, CPU_TILES, GPU_SHAPES, TILES, run_tile_sweep
+
+        if dry:  # the Triton launcher itself, interpreted (set before triton is imported)
+            os.environ["TRITON_INTERPRET"] = "1"
+            return run_tile_sweep(device, CPU_SHAPES, CPU_TILES, torch.float32, reps=1)
+        return run_tile_sweep(device, GPU_SHAPES, TILES, torch.bfloat16, reps=20)
     if part in ("cost", "cost-triton"):
         from gpu_check.cost_profile import LLAMA31_8B, TINY, run_cost_profile
 
@@ -215,6 +224,10 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
                 f"device violations {r['device_violations']}",
                 flush=True,
             )
+    if part == "tiles" and "shapes" in result:
+        from gpu_check.tile_sweep import format_sweep
+
+        print(format_sweep(result), flush=True)
     if part.startswith("cost") and result.get("ok"):
         import platform
 

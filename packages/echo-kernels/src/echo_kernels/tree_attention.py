@@ -126,8 +126,11 @@ def tree_attention_triton(
     meta: TreeAttentionMetadata,
     scale: float,
     window: int | None = None,
+    config: AttentionConfig | None = None,
 ) -> Tensor:  # [R, Hq, D], q's dtype
-    """Launch the Triton kernel after validating every shape, dtype and stride."""
+    """Launch the Triton kernel after validating every shape, dtype and stride. ``config``
+    overrides :func:`attention_config`'s tiles (tile sweeps; any valid tiles give the same
+    function)."""
     _check_inputs(q, k_new, v_new, k_pool, v_pool, meta, scale, window)
     _check_strides(q, k_new, v_new, k_pool, v_pool, meta)
     out = torch.empty_like(q)
@@ -138,7 +141,7 @@ def tree_attention_triton(
         return out
     from echo_kernels.triton_kernels import tree_attention_kernel
 
-    cfg = attention_config(q.dtype, d, group, meta.max_rows)
+    cfg = config or attention_config(q.dtype, d, group, meta.max_rows)
     grid = (meta.batch_size, -(-meta.max_rows * group // cfg.block_m), hkv)
     tree_attention_kernel[grid](
         q, k_new, v_new, k_pool, v_pool, out,

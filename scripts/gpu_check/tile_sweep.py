@@ -1,0 +1,122 @@
+"""Tile sweep of echo-kernels' Triton tree attention on uniform and skewed row spreads.
+
+The cost profile (:mod:`gpu_check.cost_profile`, part ``cost-triton``) found that at the same
+total rows a skewed spread (half the requests verifying 1 row, half ``2 r - 1``) costs up to 25%
+more than a uniform one at B = 256. The launch's tiles depend on the widest request
+(:func:`echo_kernels.tree_attention.attention_config`: ``BLOCK_M`` = rows x group rounded up to a
+power of two in 16..64), so a skewed batch gets larger M tiles for every request. This part
+times one layer's attention (Llama-3.1-8B heads: 32 query, 8 KV, head dim 128, bf16) for every
+tile choice ``BLOCK_M`` in 16/32/64, ``BLOCK_N`` in 32/64/128, ``num_warps`` in 4/8 on each
+shape, and reports the default's time next to the best; every output is checked against the
+default's.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import statistics
+import time
+from typing import Any
+
+import torch
+
+HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
+GPU_SHAPES = (
+    # (name, batch, context, rows per request)
+    *((f"uniform r={r}", 256, 1024, (r,) * 256) for r in (1, 2, 3, 4, 8)),
+    *((f"skewed r={r}", 256, 1024, (1, 2 * r - 1) * 128) for r in (2, 3, 4, 8)),
+    ("uniform r=4", 16, 2048, (4,) * 16),
+    ("skewed r=4", 16, 2048, (1, 7) * 8),
+    ("uniform r=4", 1, 8192, (4,)),
+)
+CPU_SHAPES = (("uniform r=2", 2, 16, (2, 2)), ("skewed r=2", 2, 16, (1, 3)))
+TILES = tuple(itertools.product((16, 32, 64), (32, 64, 128), (4, 8)))
+CPU_TILES = ((16, 32, 4), (32, 32, 4))
+
+
+def _median_ms(fn: Any, device: torch.device, reps: int) -> float:
+    fn()
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # ditto
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end))
+    return float(statistics.median(samples))
+
+
+def run_tile_sweep(
+    device: torch.device, shapes: Any, tiles: Any, dtype: torch.dtype, reps: int
+) -> dict[str, Any]:
+    from echo_kernels import ATTENTION_TOLERANCES, tree_attention, verify_metadata
+    from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes, tree_to
+    from echo_kernels.tree_attention import (
+        AttentionConfig,
+        attention_config,
+        tree_attention_triton,
+    )
+
+    started = time.perf_counter()
+    tol = ATTENTION_TOLERANCES[dtype]
+    out = []
+    for name, batch, ctx, rows in shapes:
+        g = torch.Generator().manual_seed(batch * 7 + ctx)
+        tree = tree_to(random_tree_of_sizes(g, [r - 1 for r in rows]), device)
+        gd = torch.Generator(device).manual_seed(0)
+        total = sum(rows)
+        pool = random_pool(gd, [ctx] * batch, total, KV_HEADS, HEAD_DIM, dtype)
+        qr = random_rows(gd, total, HEADS, KV_HEADS, HEAD_DIM, dtype)
+        meta = verify_metadata(tree, pool.cache_len, pool.req_to_slot)
+        scale = HEAD_DIM**-0.5
+        default = attention_config(dtype, HEAD_DIM, HEADS // KV_HEADS, meta.max_rows)
+        want = tree_attention(qr.q, qr.k_new, qr.v_new, pool.k_pool, pool.v_pool, meta).float()
+        times: dict[str, float] = {}
+        wrong: list[str] = []
+        for bm, bn, warps in tiles:
+            cfg = AttentionConfig(bm, bn, default.block_d, warps)
+            key = f"{bm}x{bn}w{warps}"
+
+            fn = functools.partial(
+                tree_attention_triton, qr.q, qr.k_new, qr.v_new, pool.k_pool, pool.v_pool, meta,
+                scale, config=cfg,
+            )  # fmt: skip
+
+            got = fn().float()
+            if not torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol):
+                wrong.append(key)
+            times[key] = round(_median_ms(fn, device, reps), 4)
+        dkey = f"{default.block_m}x{default.block_n}w{default.num_warps}"
+        best = min(times, key=times.__getitem__)
+        out.append({
+            "shape": name, "batch": batch, "context": ctx, "rows": total,
+            "max_rows": meta.max_rows, "default": dkey, "default_ms": times.get(dkey),
+            "best": best, "best_ms": times[best], "times_ms": times, "wrong": wrong,
+        })  # fmt: skip
+        if device.type == "cuda":
+            del pool, qr
+            torch.cuda.empty_cache()
+    return {
+        "shapes": out,
+        "ok": all(not s["wrong"] for s in out),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
+
+
+def format_sweep(result: dict[str, Any]) -> str:
+    lines = [f"{'shape':<14} {'B':>4} {'ctx':>5} {'rows':>5} {'default':>10} {'ms':>8} "
+             f"{'best':>10} {'ms':>8}"]  # fmt: skip
+    for s in result["shapes"]:
+        lines.append(
+            f"{s['shape']:<14} {s['batch']:>4} {s['context']:>5} {s['rows']:>5} "
+            f"{s['default']:>10} {s['default_ms'] or 0:>8.4f} {s['best']:>10} {s['best_ms']:>8.4f}"
+        )
+    return "\n".join(lines)
