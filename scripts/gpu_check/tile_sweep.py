@@ -31,7 +31,8 @@ GPU_SHAPES = (
     ("uniform r=4", 1, 8192, (4,)),
 )
 CPU_SHAPES = (("uniform r=2", 2, 16, (2, 2)), ("skewed r=2", 2, 16, (1, 3)))
-TILES = tuple(itertools.product((16, 32, 64), (32, 64, 128), (4, 8)))
+TILES = (*itertools.product((16, 32, 64), (32, 64), (4, 8)), (16, 16, 4), (32, 16, 4))
+"""BLOCK_N = 128 needs 272 KiB of shared memory at head dim 128 in bf16 (H200: 227 KiB)."""
 CPU_TILES = ((16, 32, 4), (32, 32, 4))
 
 
@@ -81,6 +82,7 @@ def run_tile_sweep(
         want = tree_attention(qr.q, qr.k_new, qr.v_new, pool.k_pool, pool.v_pool, meta).float()
         times: dict[str, float] = {}
         wrong: list[str] = []
+        failed: dict[str, str] = {}
         for bm, bn, warps in tiles:
             cfg = AttentionConfig(bm, bn, default.block_d, warps)
             key = f"{bm}x{bn}w{warps}"
@@ -90,7 +92,11 @@ def run_tile_sweep(
                 scale, config=cfg,
             )  # fmt: skip
 
-            got = fn().float()
+            try:
+                got = fn().float()
+            except Exception as err:  # tiles the device cannot run (shared memory): recorded
+                failed[key] = type(err).__name__
+                continue
             if not torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol):
                 wrong.append(key)
             times[key] = round(_median_ms(fn, device, reps), 4)
@@ -100,13 +106,14 @@ def run_tile_sweep(
             "shape": name, "batch": batch, "context": ctx, "rows": total,
             "max_rows": meta.max_rows, "default": dkey, "default_ms": times.get(dkey),
             "best": best, "best_ms": times[best], "times_ms": times, "wrong": wrong,
+            "failed": failed,
         })  # fmt: skip
         if device.type == "cuda":
             del pool, qr
             torch.cuda.empty_cache()
     return {
         "shapes": out,
-        "ok": all(not s["wrong"] for s in out),
+        "ok": all(not s["wrong"] and s["default"] in s["times_ms"] for s in out),
         "seconds": round(time.perf_counter() - started, 2),
     }
 
