@@ -83,7 +83,8 @@ def run_tile_sweep(
         times: dict[str, float] = {}
         wrong: list[str] = []
         failed: dict[str, str] = {}
-        for bm, bn, warps in tiles:
+        own = (default.block_m, default.block_n, default.num_warps)
+        for bm, bn, warps in tiles if own in tiles else (*tiles, own):
             cfg = AttentionConfig(bm, bn, default.block_d, warps)
             key = f"{bm}x{bn}w{warps}"
 
