@@ -37,11 +37,12 @@ def attention_cases(kernels: Any) -> Iterator[KernelCase]:
     # (head dim, group, largest request's rows): SmolLM2 verify, Llama-8B small-tree verify,
     # Llama-8B prefill, and an odd head dim with a wide group.
     geometries = ((64, 3, 65), (128, 4, 9), (128, 4, 2048), (80, 8, 64))
+    grids = (0, 2048)  # small and large grids (attention_config's LARGE_GRID tiles)
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-    for (name, dtype), (head_dim, group, rows), window in itertools.product(
-        dtypes.items(), geometries, (False, True)
+    for (name, dtype), (head_dim, group, rows), window, programs in itertools.product(
+        dtypes.items(), geometries, (False, True), grids
     ):
-        cfg = attention_config(dtype, head_dim, group, rows)
+        cfg = attention_config(dtype, head_dim, group, rows, programs)
         sig = {p: f"*{name}" for p in ptrs}
         sig |= {"cu_rows_ptr": "*i64", "positions_ptr": "*i64", "cache_len_ptr": "*i64"}
         sig |= {"req_to_slot_ptr": "*i64", "tree_bits_ptr": "*i32", "causal_ptr": "*i8"}
@@ -58,7 +59,10 @@ def attention_cases(kernels: Any) -> Iterator[KernelCase]:
             "DOT_PRECISION": "ieee",
             "num_warps": cfg.num_warps,
         }
-        label = f"tree_attention {name} D={head_dim} G={group} rows={rows} window={window}"
+        label = (
+            f"tree_attention {name} D={head_dim} G={group} rows={rows} window={window} "
+            f"programs={programs}"
+        )
         yield label, kernels.tree_attention_kernel, sig, consts
 
 

@@ -143,3 +143,15 @@ def test_launcher_rejects_bad_inputs(kernel_device: torch.device) -> None:
         tree_attention_triton(*base, 1.0, window=0)
     with pytest.raises(ValueError, match="metadata describes 2 rows"):
         tree_attention_triton(rows.q[:1], rows.k_new[:1], rows.v_new[:1], *base[3:], 1.0)
+
+
+def test_large_grids_take_four_warps_and_narrow_key_tiles_for_wide_m() -> None:
+    from echo_kernels.tree_attention import LARGE_GRID, AttentionConfig, attention_config
+
+    bf16 = torch.bfloat16
+    # small grid: unchanged (8 warps at head dim 128)
+    assert attention_config(bf16, 128, 4, 8, programs=128) == AttentionConfig(32, 64, 128, 8)
+    assert attention_config(bf16, 128, 4, 8, programs=LARGE_GRID) == AttentionConfig(32, 64, 128, 4)
+    assert attention_config(bf16, 128, 4, 16, programs=2048) == AttentionConfig(64, 32, 128, 4)
+    # float32 keeps its own tiles (the measurement was bf16)
+    assert attention_config(torch.float32, 128, 4, 8, programs=2048).num_warps == 8

@@ -42,15 +42,31 @@ class AttentionConfig:
     num_warps: int
 
 
+LARGE_GRID = 512
+"""Programs along (request, KV head) from which a launch takes the large-grid tiles below."""
+
+
 def attention_config(
-    dtype: torch.dtype, head_dim: int, group: int, max_rows: int
+    dtype: torch.dtype, head_dim: int, group: int, max_rows: int, programs: int = 0
 ) -> AttentionConfig:
     """Tiles for a launch: M covers a small tree's rows x group in one block (16..64); float32
-    and head dims > 128 halve the key tile so K/V tiles fit A100 shared memory (<= 163 KiB)."""
+    and head dims > 128 halve the key tile so K/V tiles fit A100 shared memory (<= 163 KiB).
+
+    ``programs`` = requests x KV heads. From ``LARGE_GRID`` on (16-bit, head dim <= 128) a
+    program runs 4 warps, and a 64-row M tile takes 32 keys per iteration: measured on one H200
+    at Llama-3.1-8B heads, B = 256 at 1,024 cached tokens (``scripts/gpu_check.sh --parts
+    tiles``, docs/bench/2026-12-04/gpu/), 8 warps made 32-row tiles 1.5-1.6x slower (0.72 ms
+    against 0.45) and 64 x 64 tiles 1.5x slower than 64 x 32 with 4 warps; at B = 16 (128
+    programs) 8 warps were as fast or faster, so small grids keep them.
+    """
     block_d = max(16, 1 << (head_dim - 1).bit_length())
     block_m = min(64, max(16, 1 << (max_rows * group - 1).bit_length()))
     wide = dtype == torch.float32 or block_d > 128
-    return AttentionConfig(block_m, 32 if wide else 64, block_d, 4 if block_d <= 64 else 8)
+    block_n, warps = 32 if wide else 64, 4 if block_d <= 64 else 8
+    if programs >= LARGE_GRID and not wide:
+        warps = 4
+        block_n = 32 if block_m == 64 else block_n
+    return AttentionConfig(block_m, block_n, block_d, warps)
 
 
 def _check_inputs(
@@ -141,7 +157,7 @@ def tree_attention_triton(
         return out
     from echo_kernels.triton_kernels import tree_attention_kernel
 
-    cfg = config or attention_config(q.dtype, d, group, meta.max_rows)
+    cfg = config or attention_config(q.dtype, d, group, meta.max_rows, meta.batch_size * hkv)
     grid = (meta.batch_size, -(-meta.max_rows * group // cfg.block_m), hkv)
     tree_attention_kernel[grid](
         q, k_new, v_new, k_pool, v_pool, out,
