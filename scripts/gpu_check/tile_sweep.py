@@ -78,7 +78,9 @@ def run_tile_sweep(
         qr = random_rows(gd, total, HEADS, KV_HEADS, HEAD_DIM, dtype)
         meta = verify_metadata(tree, pool.cache_len, pool.req_to_slot)
         scale = HEAD_DIM**-0.5
-        default = attention_config(dtype, HEAD_DIM, HEADS // KV_HEADS, meta.max_rows)
+        default = attention_config(
+            dtype, HEAD_DIM, HEADS // KV_HEADS, meta.max_rows, batch * KV_HEADS
+        )
         want = tree_attention(qr.q, qr.k_new, qr.v_new, pool.k_pool, pool.v_pool, meta).float()
         times: dict[str, float] = {}
         wrong: list[str] = []
