@@ -8,13 +8,17 @@ others), results gathered into one JSON summary:
 2. ``engine``: the engine end to end on the device (:mod:`gpu_check.engine_check`).
 3. ``attention``: Triton tree attention vs torch SDPA with a speed table
    (:mod:`gpu_check.attention_bench`).
-4. ``cost``: a measured verify / draft-head cost profile at Llama-3.1-8B / EAGLE-3 shapes
-   (:mod:`gpu_check.cost_profile`), also written as an ``echo-cpu-cost/1`` file beside the
-   summary (``cost-<device>-llama8b.json``) for ``echo-sd sim --profile``.
+4. ``cost`` / ``cost-triton``: a measured verify / draft-head cost profile at Llama-3.1-8B /
+   EAGLE-3 shapes with torch SDPA / echo-kernels' tree attention
+   (:mod:`gpu_check.cost_profile`), also written beside the summary as
+   ``cost-gpu-<device>-llama8b[-triton].json``, a profile ``echo-sd sim`` replays when it lies
+   beside the traces (``--gpu-cost``).
+5. ``tiles``: a tile sweep of the tree attention on uniform and skewed row spreads
+   (:mod:`gpu_check.tile_sweep`).
 
-On the device the parts run cost, engine, attention, then the tier (the longest and the least
-likely to be cut short by the script's overall limit goes last), and the summary is rewritten
-after every part, so a run stopped by its limit still leaves what finished.
+On the device the parts run in ``ALL_PARTS`` order (``--parts`` picks some): the profiles first,
+then engine, attention, the tier and the sweep; the summary is rewritten after every part, so a
+run stopped by its limit still leaves what finished.
 
 ``--dry-run`` (CPU, CI): the tier is only collected (``--collect-only``), every ECHO module the
 run needs is imported, and the engine and attention parts run at tiny sizes on the CPU, all under
@@ -244,7 +248,7 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
         }
         tag = re.sub(r"[^a-z0-9]+", "-", machine["device"].lower()).strip("-") or "cpu"
         suffix = "-triton" if part == "cost-triton" else ""
-        path = out.parent / f"cost-{tag}-llama8b{suffix}.json"
+        path = out.parent / f"cost-gpu-{tag}-llama8b{suffix}.json"
         path.write_text(json.dumps(as_cost_file(result, machine), indent=1) + "\n")
         for b, v in result["verify"].items():
             print(f"  verify B={b}: rows {v['rows']} ms {v['raw_ms']}", flush=True)

@@ -12,10 +12,14 @@ weights of the published shapes (timing depends on shapes, not on values), and w
     x = embed(ids);  per layer: x += Wo attn(rope(Wqkv rmsnorm(x)));  x += Wd (silu(Wg h) * Wu h)
     ids' = argmax(Wlm rmsnorm(x))
 
-with the new rows' K/V written into the cache. Attention is torch's memory-efficient SDPA kernel
-over the cache with a boolean mask; grouped-query attention is folded into the query length
-(query head h = 4 g + j reads KV head g: q is reshaped to ``[B, 8, 4 r, 128]``), so no K/V copy.
-It is a stand-in for FlashInfer/FA3, not one of them: the attention share is an upper bound.
+with the new rows' K/V written into the cache. Attention is torch's SDPA over the cache with a
+boolean mask (torch picks the kernel and the summary names it: cuDNN on the H200, 2026-12-04);
+grouped-query attention is folded into the query length (query head h = 4 g + j reads KV head
+g: q is reshaped to ``[B, 8, 4 r, 128]``), so no K/V copy. It is a stand-in for FlashInfer/FA3,
+not one of them: the attention share is an upper bound. The layer is plain torch, unfused: about
+40 kernels per layer (norms in float32, rotary through ``cat``, separate activation and residual
+adds), which in a CUDA graph still cost a few microseconds each; at one row per request that
+fixed cost is a visible share of the pass (a fused engine pays less of it).
 
 **Draft head call** at batch B with n nodes per request: one decoder layer reading ``2 x hidden``
 inputs (EAGLE-3: the token embedding and the feature), its own KV cache of ``CONTEXT`` tokens,
@@ -187,7 +191,7 @@ def _paged_attn(
 
 def _chain_mask(s: Shapes, r: int, dev: torch.device) -> Tensor:
     """``[1, 1, rep r, context + r]``: every row sees the context, row i the rows 0..i; the
-    storage is padded to a multiple of 16 columns (the memory-efficient kernel's alignment)."""
+    storage is padded to a multiple of 16 columns (the fused SDPA kernels' alignment)."""
     rep, width = s.heads // s.kv_heads, s.context + r
     padded = torch.zeros(rep * r, -(-width // 16) * 16, dtype=torch.bool, device=dev)
     padded[:, : s.context] = True
@@ -367,6 +371,9 @@ def run_cost_profile(
         skew = [summary(("skew", b, r)) for r in s.rows_per_request if ("skew", b, r) in samples]
         if skew:
             verify[str(b)]["skewed_raw_ms"] = [round(m[0], 4) for m in skew]
+            verify[str(b)]["skewed_round_range_ms"] = [
+                [round(m[1], 4), round(m[2], 4)] for m in skew
+            ]
             verify[str(b)]["skewed_rows"] = [float(b * r) for r in s.rows_per_request if r > 1]
         nodes = [b * n for n in s.nodes_per_request]
         dmed = [summary(("draft", b, n)) for n in s.nodes_per_request]
@@ -391,7 +398,7 @@ def run_cost_profile(
             "target_params": s.target_params,
         },
         "dtype": str(dtype).removeprefix("torch."),
-        "cuda_graphs": graphs and device.type == "cuda",
+        "cuda_graphs": bool(shapes) and all(t.graph is not None for t in shapes.values()),
         "graphs_captured": sum(t.graph is not None for t in shapes.values()),
         "capture_errors": sorted({t.capture_error for t in shapes.values() if t.capture_error}),
         "attention": attention,
@@ -403,13 +410,19 @@ def run_cost_profile(
         "setup_s": round(setup_s, 2),
         "capture_s": round(capture_s, 2),
         "wall_s": round(time.perf_counter() - started, 2),
-        "ok": all(math.isfinite(x) for v in verify.values() for x in v["seconds"]),
+        "ok": all(math.isfinite(x) for v in verify.values() for x in v["seconds"])
+        and all(math.isfinite(d["per_call_s"] + d["per_node_s"]) for d in draft.values())
+        and (
+            not graphs or device.type != "cuda" or all(t.graph is not None for t in shapes.values())
+        ),
     }
 
 
 def running_max(xs: Sequence[float]) -> list[float]:
-    """Running maximum: replay's profile needs seconds that never fall as rows grow (a measured
-    dip is noise between adjacent shapes; ``raw_ms`` keeps the measured medians)."""
+    """Running maximum: replay's profile needs seconds that never fall as rows grow. A dip can be
+    noise or a systematic shape effect (the SDPA profile's odd r are slower than the next even
+    r); the envelope prices the dip's shape at its slower neighbour, and ``raw_ms`` keeps the
+    measured medians."""
     out: list[float] = []
     for x in xs:
         out.append(max(x, out[-1]) if out else x)
@@ -417,20 +430,20 @@ def running_max(xs: Sequence[float]) -> list[float]:
 
 
 def as_cost_file(result: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
-    """The ``echo-cpu-cost/1`` document for replay: verify per batch, draft per batch (the
-    scalar ``draft`` is batch 1's, the format's required field)."""
+    """The ``echo-cpu-cost/1`` document for replay (:func:`echo_scheduler.replay.costs.
+    profile_document`): verify per batch, draft per batch (the scalar ``draft`` is the smallest
+    batch's, the format's required field), and how it was measured."""
+    from echo_scheduler.replay.costs import profile_document
+
     draft = result["draft_by_batch"]
     first = draft[min(draft, key=int)]
-    return {
-        "format": "echo-cpu-cost/1",
-        "machine": machine,
-        "verify": {
-            b: {"rows": v["rows"], "seconds": v["seconds"]} for b, v in result["verify"].items()
-        },
-        "draft": {"per_call_s": first["per_call_s"], "per_node_s": first["per_node_s"]},
-        "draft_by_batch": {
-            b: {"per_call_s": d["per_call_s"], "per_node_s": d["per_node_s"]}
-            for b, d in draft.items()
-        },
-        "measurement": {k: result[k] for k in ("shapes", "dtype", "cuda_graphs", "rounds", "reps")},
-    }
+    keys = ("shapes", "dtype", "attention", "sdpa_backend", "cuda_graphs", "graphs_captured")
+    keys += ("capture_errors", "rounds", "reps")
+    return profile_document(
+        {int(b): (v["rows"], v["seconds"]) for b, v in result["verify"].items()},
+        first["per_call_s"],
+        first["per_node_s"],
+        machine,
+        draft_by_batch={int(b): (d["per_call_s"], d["per_node_s"]) for b, d in draft.items()},
+        measurement={k: result[k] for k in keys if k in result},
+    )

@@ -157,7 +157,15 @@ def tree_attention_triton(
         return out
     from echo_kernels.triton_kernels import tree_attention_kernel
 
-    cfg = config or attention_config(q.dtype, d, group, meta.max_rows, meta.batch_size * hkv)
+    if config is not None and (
+        config.block_d < d or min(config.block_m, config.block_n) < 16 or config.num_warps < 1
+    ):
+        raise ValueError(f"tiles {config} cannot cover head dim {d} (block_m, block_n >= 16)")
+    cfg = (
+        config
+        if config is not None
+        else attention_config(q.dtype, d, group, meta.max_rows, meta.batch_size * hkv)
+    )
     grid = (meta.batch_size, -(-meta.max_rows * group // cfg.block_m), hkv)
     tree_attention_kernel[grid](
         q, k_new, v_new, k_pool, v_pool, out,

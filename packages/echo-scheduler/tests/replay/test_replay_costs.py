@@ -87,10 +87,8 @@ def test_profiled_cost_round_trips_and_refuses_unmeasured_batches(tmp_path: Path
 
 def test_per_batch_draft_costs_replace_the_scalar_pair_where_measured(tmp_path: Path) -> None:
     path = tmp_path / "cost-gpu-x.json"
-    save_profiled(path, {16: ([16, 32], [0.01, 0.012])}, 1e-3, 1e-5, {"device": "test"})
-    doc = json.loads(path.read_text())
-    doc["draft_by_batch"] = {"16": {"per_call_s": 4e-4, "per_node_s": 2e-6}}
-    path.write_text(json.dumps(doc))
+    verify = {16: ([16, 32], [0.01, 0.012])}
+    save_profiled(path, verify, 1e-3, 1e-5, {"device": "test"}, {16: (4e-4, 2e-6)})
     cost = load_profiled(path, "x-measured")
     assert cost.name == "x-measured"
     assert cost.draft_s(16, 3, 100) == pytest.approx(3 * 4e-4 + 100 * 2e-6)
@@ -116,6 +114,17 @@ def test_per_batch_draft_costs_replace_the_scalar_pair_where_measured(tmp_path: 
                 "verify": {"1": {"rows": [1, 2], "seconds": [0.1, 0.2]}},
                 "draft": {"per_call_s": 0.0, "per_node_s": 0.0},
                 "draft_by_batch": {"1": {"per_call_s": 0.1}},
+            }
+        ),
+        json.dumps(  # a verify batch without its draft costs
+            {
+                "format": CPU_COST_FORMAT,
+                "verify": {
+                    "1": {"rows": [1, 2], "seconds": [0.1, 0.2]},
+                    "4": {"rows": [4, 8], "seconds": [0.1, 0.2]},
+                },
+                "draft": {"per_call_s": 0.0, "per_node_s": 0.0},
+                "draft_by_batch": {"1": {"per_call_s": 0.1, "per_node_s": 0.0}},
             }
         ),
         json.dumps({"format": "other"}),

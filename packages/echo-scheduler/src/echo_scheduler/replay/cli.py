@@ -135,8 +135,14 @@ def _costs(args: argparse.Namespace) -> tuple[list[tuple[StepCost, tuple[int, ..
         if args.gpu_cost is None
         else args.gpu_cost
     )
+    seen = {c.name for c, _ in out}
     for path in gpu_paths:
         name = re.sub(r"\.json$", "", path.name).removeprefix("cost-gpu-") + "-measured"
+        if name in seen:
+            raise SchedulerError(f"{path}: cost model {name} is defined twice")
+        seen.add(name)
+        if args.cost_models and name not in args.cost_models:
+            continue  # not loaded: a corrupt profile nobody asked for stops nothing
         gpu = load_profiled(path, name)
         measured = [b for b in args.gpu_batches if b in gpu.batch_sizes]
         if len(measured) < len(args.gpu_batches):
@@ -144,10 +150,9 @@ def _costs(args: argparse.Namespace) -> tuple[list[tuple[StepCost, tuple[int, ..
             notes.append(f"{name}: batch sizes {missing} not measured in {path}, skipped")
         out.append((gpu, tuple(measured)))
     if args.cost_models:
-        known = {c.name for c, _ in out}
-        unknown = sorted(set(args.cost_models) - known)
+        unknown = sorted(set(args.cost_models) - seen)
         if unknown:
-            raise SchedulerError(f"unknown cost models {unknown}; available: {sorted(known)}")
+            raise SchedulerError(f"unknown cost models {unknown}; available: {sorted(seen)}")
         out = [(c, bs) for c, bs in out if c.name in args.cost_models]
     return out, notes
 

@@ -197,7 +197,8 @@ class ProfiledCost:
         if profile is None:
             raise CostModelError(
                 f"{self.name}: batch size {batch} was not measured (measured: "
-                f"{sorted(self.verify)}); run scripts/measure_cpu_cost.py with it"
+                f"{sorted(self.verify)}); re-measure with it (scripts/measure_cpu_cost.py for "
+                "the CPU, scripts/gpu_check.sh --parts cost-triton on a GPU)"
             )
         return profile
 
@@ -276,21 +277,28 @@ def load_profiled(path: str | Path, name: str = "cpu") -> ProfiledCost:
     for b, profile in verify.items():  # the oracle bound needs more rows never to cost less
         if any(t2 < t1 for t1, t2 in zip(profile.seconds, profile.seconds[1:], strict=False)):
             raise CostModelError(f"{path}: verify seconds at batch {b} must not fall with rows")
+    if by_batch and (min(by_batch) < 1 or not set(verify) <= set(by_batch)):
+        raise CostModelError(
+            f"{path}: draft_by_batch must hold batch sizes >= 1 covering every verify batch "
+            f"(verify {sorted(verify)}, draft_by_batch {sorted(by_batch)})"
+        )
     drafts = (per_call, per_node, *(x for pair in by_batch.values() for x in pair))
     if not all(math.isfinite(x) and x >= 0 for x in drafts):
         raise CostModelError(f"{path}: draft costs must be finite and >= 0")
     return ProfiledCost(name, verify, per_call, per_node, machine, by_batch)
 
 
-def save_profiled(
-    path: str | Path,
+def profile_document(
     verify: Mapping[int, tuple[Sequence[float], Sequence[float]]],
     per_call_s: float,
     per_node_s: float,
     machine: Mapping[str, Any],
-) -> None:
-    """Write an ``echo-cpu-cost/1`` file: ``verify[B] = (rows, seconds)``."""
-    doc = {
+    draft_by_batch: Mapping[int, tuple[float, float]] | None = None,
+    measurement: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An ``echo-cpu-cost/1`` document: ``verify[B] = (rows, seconds)``, the scalar drafter
+    pair, optionally ``draft_by_batch[B] = (c_call, c_node)`` and how it was measured."""
+    doc: dict[str, Any] = {
         "format": CPU_COST_FORMAT,
         "machine": dict(machine),
         "verify": {
@@ -299,4 +307,24 @@ def save_profiled(
         },
         "draft": {"per_call_s": per_call_s, "per_node_s": per_node_s},
     }
+    if draft_by_batch:
+        doc["draft_by_batch"] = {
+            str(b): {"per_call_s": c, "per_node_s": n}
+            for b, (c, n) in sorted(draft_by_batch.items())
+        }
+    if measurement:
+        doc["measurement"] = dict(measurement)
+    return doc
+
+
+def save_profiled(
+    path: str | Path,
+    verify: Mapping[int, tuple[Sequence[float], Sequence[float]]],
+    per_call_s: float,
+    per_node_s: float,
+    machine: Mapping[str, Any],
+    draft_by_batch: Mapping[int, tuple[float, float]] | None = None,
+) -> None:
+    """Write :func:`profile_document` to ``path``."""
+    doc = profile_document(verify, per_call_s, per_node_s, machine, draft_by_batch)
     Path(path).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")

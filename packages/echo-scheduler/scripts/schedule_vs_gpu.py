@@ -1,0 +1,116 @@
+"""Host-side scheduling per step against a measured GPU step, on the recorded pools (a benchmark,
+not a test): ``python scripts/schedule_vs_gpu.py [--traces PATH...] [--gpu-cost PATH]``.
+
+The replay (``echo-sd sim``) prices a step by the model's work alone: its cost models leave the
+policy's own host time out. This script measures that time on the same recorded pools: each arm
+is driven through ``--steps`` composed batches per (trace, B) exactly as the replay drives it
+(:func:`echo_scheduler.replay.run.drive_arm`'s sequence: the floor's ``step_batch``,
+:func:`~echo_scheduler.driver.drive_step`, ``observe`` and the floor's ``observe``), timing every
+host call of the policy and the floor (wall and process CPU, one torch thread) and leaving out
+only the recorded pool's growth (the drafter's GPU work). Per cell it prints the median over
+steps (the first step of each arm warms the allocator and is dropped) next to the measured GPU
+verify pass at that step's rows (``--gpu-cost``, default ``traces/cost-gpu-h200-llama8b.json``):
+
+    share = host ms / (verify ms + draft ms)
+
+A share that is not small must be hidden behind the GPU (overlapped with the previous step's
+verify) or moved onto the device, or it eats the policy's gain. Name the CPU next to the
+figures: the host is whatever machine runs this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from echo_scheduler.driver import drive_step
+from echo_scheduler.elastic import ElasticFloor, step_batch
+from echo_scheduler.interface import StepOutcome
+from echo_scheduler.outcome import accepted_lengths
+from echo_scheduler.policies import make_policy
+from echo_scheduler.replay.arms import default_arms, select_arms
+from echo_scheduler.replay.costs import load_profiled
+from echo_scheduler.replay.run import calibrate_rows, compose_steps, split_warmup
+from echo_scheduler.rows import load_rows
+from echo_scheduler.simulator import SimSource
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--traces", type=Path, nargs="+", default=sorted((REPO / "traces").glob("trace-*.json.gz"))
+    )
+    p.add_argument("--gpu-cost", type=Path, default=REPO / "traces" / "cost-gpu-h200-llama8b.json")
+    p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256])
+    p.add_argument("--arms", nargs="+", default=["echo", "chain/n=1", "eagle2/n=4", "static/2"])
+    p.add_argument("--steps", type=int, default=8)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    cost = load_profiled(args.gpu_cost, "gpu")
+    arms = [a for a in select_arms(default_arms(), args.arms) if a.name in args.arms]
+    print(f"# host: {_cpu_name()}, one torch thread; GPU step: {cost.machine.get('device')} "
+          f"({args.gpu_cost.name}); {args.steps} steps per cell, first dropped")  # fmt: skip
+    print(f"{'trace':<10} {'B':>4} {'arm':<11} {'host ms':>8} {'cpu ms':>7} {'gpu ms':>7} "
+          f"{'share':>6} {'rows/req':>8}")  # fmt: skip
+    for path in args.traces:
+        name = path.name.removeprefix("trace-").split(".")[0]
+        warm, rows = split_warmup(load_rows([path]), 0.3, 0)
+        gates = calibrate_rows(warm, 8)
+        for b in args.batches:
+            steps = compose_steps(rows, b, args.steps, 0)
+            for arm in arms:
+                gate = gates[arm.gate] if arm.gate is not None else None
+                policy = make_policy(arm.policy, arm.config, gate=gate)
+                floor = ElasticFloor(cost.verify_model(b)) if arm.floor else None
+                host, cpu, gpu, per_req = [], [], [], []
+                for i, st in enumerate(steps):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    batch = step_batch(floor, arm.budget(b), st.max_nodes, None)
+                    t_batch, c_batch = time.perf_counter() - t0, time.process_time() - c0
+                    run = drive_step(policy, SimSource(st), batch, strict=True)
+                    t1, c1 = time.perf_counter(), time.process_time()
+                    req = run.pool.request_index()
+                    lengths = accepted_lengths(run.pool, run.keep, st.target)
+                    verified = torch.bincount(req[run.keep], minlength=b)
+                    policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+                    ver, acc = int(verified.sum()), int(lengths.sum())
+                    verify_s = cost.verify_s(b, b + ver)
+                    draft_s = cost.draft_s(b, run.depths, run.expansions)
+                    if floor is not None:
+                        floor.observe(
+                            b, ver, b + acc, verify_s, draft_s, draft_s, run.depths, run.expansions
+                        )
+                    t_after, c_after = time.perf_counter() - t1, time.process_time() - c1
+                    if i:
+                        host.append(t_batch + run.schedule_s + t_after)
+                        cpu.append(c_batch + run.schedule_cpu_s + c_after)
+                        gpu.append(verify_s + draft_s)
+                        per_req.append(ver / b)
+                h, g = statistics.median(host), statistics.median(gpu)
+                print(
+                    f"{name:<10} {b:>4} {arm.name:<11} {1e3 * h:>8.2f} "
+                    f"{1e3 * statistics.median(cpu):>7.2f} {1e3 * g:>7.2f} {h / g:>6.1%} "
+                    f"{statistics.mean(per_req):>8.2f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
