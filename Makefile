@@ -34,6 +34,10 @@ typecheck: $(STAMP)
 	  echo "mypy --strict packages/$$p"; \
 	  (cd packages/$$p && ../../$(VENV)/bin/mypy --strict --config-file ../../pyproject.toml --cache-dir ../../.mypy_cache src tests) || exit 1; \
 	done
+	@echo "mypy --strict scripts/gpu_check (the GPU acceptance run) and the GPU-facing scripts"
+	MYPYPATH=scripts:$(subst $(eval) ,:,$(wildcard packages/*/src)) $(VENV)/bin/mypy --strict \
+	  --config-file pyproject.toml --cache-dir .mypy_cache scripts/gpu_check \
+	  packages/echo-kernels/scripts packages/echo-scheduler/scripts/schedule_vs_gpu.py
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py

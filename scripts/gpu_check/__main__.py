@@ -246,7 +246,7 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
             "date": time.strftime("%Y-%m-%d", time.gmtime()),
             "script": "scripts/gpu_check/cost_profile.py",
         }
-        tag = re.sub(r"[^a-z0-9]+", "-", machine["device"].lower()).strip("-") or "cpu"
+        tag = re.sub(r"[^a-z0-9]+", "-", str(machine["device"]).lower()).strip("-") or "cpu"
         suffix = "-triton" if part == "cost-triton" else ""
         path = out.parent / f"cost-gpu-{tag}-llama8b{suffix}.json"
         path.write_text(json.dumps(as_cost_file(result, machine), indent=1) + "\n")

@@ -145,7 +145,7 @@ class _Layer:
         s, ctx, d = self.s, self.s.context, self.s.head_dim
         g, rep = s.kv_heads, s.heads // s.kv_heads
         qkv = _rmsnorm(x, self.norm1) @ self.wqkv.T
-        q, k, v = qkv.split((s.hidden, g * d, g * d), dim=-1)
+        q, k, v = torch.split(qkv, [s.hidden, g * d, g * d], dim=-1)
         if self.paged:
             from echo_kernels import tree_attention
 
@@ -222,7 +222,7 @@ class _Timer:
         self.graph: torch.cuda.CUDAGraph | None = None
         self.capture_error: str | None = None
         if dev.type == "cuda" and graphs:
-            stream = torch.cuda.Stream()
+            stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 for _ in range(2):
@@ -266,7 +266,7 @@ def _sdpa_backend(s: Shapes, batch: int, r: int, dev: torch.device, dtype: torch
     )
     k = torch.zeros(batch, s.kv_heads, s.context + r, s.head_dim, device=dev, dtype=dtype)
     try:
-        choice = int(torch._fused_sdp_choice(q, k, k, attn_mask=_chain_mask(s, r, dev)))  # type: ignore[attr-defined]  # private
+        choice = int(torch._fused_sdp_choice(q, k, k, attn_mask=_chain_mask(s, r, dev)))
     except (AttributeError, RuntimeError, TypeError) as err:
         return f"unknown ({err!r})"
     return names.get(choice, str(choice))
@@ -368,11 +368,11 @@ def run_cost_profile(
             "raw_ms": [round(m[0], 4) for m in med],
             "round_range_ms": [[round(m[1], 4), round(m[2], 4)] for m in med],
         }
-        skew = [summary(("skew", b, r)) for r in s.rows_per_request if ("skew", b, r) in samples]
-        if skew:
-            verify[str(b)]["skewed_raw_ms"] = [round(m[0], 4) for m in skew]
+        skewed = [summary(("skew", b, r)) for r in s.rows_per_request if ("skew", b, r) in samples]
+        if skewed:
+            verify[str(b)]["skewed_raw_ms"] = [round(m[0], 4) for m in skewed]
             verify[str(b)]["skewed_round_range_ms"] = [
-                [round(m[1], 4), round(m[2], 4)] for m in skew
+                [round(m[1], 4), round(m[2], 4)] for m in skewed
             ]
             verify[str(b)]["skewed_rows"] = [float(b * r) for r in s.rows_per_request if r > 1]
         nodes = [b * n for n in s.nodes_per_request]
@@ -437,8 +437,8 @@ def as_cost_file(result: dict[str, Any], machine: dict[str, Any]) -> dict[str, A
 
     draft = result["draft_by_batch"]
     first = draft[min(draft, key=int)]
-    keys = ("shapes", "dtype", "attention", "sdpa_backend", "cuda_graphs", "graphs_captured")
-    keys += ("capture_errors", "rounds", "reps")
+    keys: tuple[str, ...] = ("shapes", "dtype", "attention", "sdpa_backend", "cuda_graphs")
+    keys += ("graphs_captured", "capture_errors", "rounds", "reps")
     return profile_document(
         {int(b): (v["rows"], v["seconds"]) for b, v in result["verify"].items()},
         first["per_call_s"],
