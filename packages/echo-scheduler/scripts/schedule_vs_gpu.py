@@ -13,6 +13,11 @@ verify pass at that step's rows (``--gpu-cost``, default ``traces/cost-gpu-h200-
 
     share = host ms / (verify ms + draft ms)
 
+and two rates: ``tok/s gpu`` = sum(B + accepted) / sum(verify + draft seconds) over every step
+(the replay's ``tokens_per_s`` under that cost model, the same steps and decisions: a check),
+and ``+host`` = the same over the steps after the first with each step's host time added, as
+if the host ran serially with the device.
+
 A share that is not small must be hidden behind the GPU (overlapped with the previous step's
 verify) or moved onto the device, or it eats the policy's gain. Name the CPU next to the
 figures: the host is whatever machine runs this.
@@ -60,15 +65,16 @@ def main() -> None:
     p.add_argument("--gpu-cost", type=Path, default=REPO / "traces" / "cost-gpu-h200-llama8b.json")
     p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256])
     p.add_argument("--arms", nargs="+", default=["echo", "chain/n=1", "eagle2/n=4", "static/2"])
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--steps", type=int, default=20, help="composed steps per cell (the replay's)")
     args = p.parse_args()
     torch.set_num_threads(1)
     cost = load_profiled(args.gpu_cost, "gpu")
     arms = [a for a in select_arms(default_arms(), args.arms) if a.name in args.arms]
     print(f"# host: {_cpu_name()}, one torch thread; GPU step: {cost.machine.get('device')} "
-          f"({args.gpu_cost.name}); {args.steps} steps per cell, first dropped")  # fmt: skip
+          f"({args.gpu_cost.name}); {args.steps} steps per cell; medians and the host-serial rate "
+          "drop each arm's first step")  # fmt: skip
     print(f"{'trace':<10} {'B':>4} {'arm':<11} {'host ms':>8} {'cpu ms':>7} {'gpu ms':>7} "
-          f"{'share':>6} {'rows/req':>8}")  # fmt: skip
+          f"{'share':>6} {'rows/req':>8} {'tok/s gpu':>10} {'+host':>9}")  # fmt: skip
     for path in args.traces:
         name = path.name.removeprefix("trace-").split(".")[0]
         warm, rows = split_warmup(load_rows([path]), 0.3, 0)
@@ -79,10 +85,16 @@ def main() -> None:
                 gate = gates[arm.gate] if arm.gate is not None else None
                 policy = make_policy(arm.policy, arm.config, gate=gate)
                 floor = ElasticFloor(cost.verify_model(b)) if arm.floor else None
-                host, cpu, gpu, per_req = [], [], [], []
+                host, cpu, gpu, per_req, tokens = [], [], [], [], []
+                all_tokens = all_gpu = 0.0
+                serials: dict[str, int] = {}  # request names as the engine's serials (drive_arm)
                 for i, st in enumerate(steps):
+                    ids = None
+                    if st.requests is not None:
+                        names = [serials.setdefault(r, len(serials)) for r in st.requests]
+                        ids = torch.tensor(names, dtype=torch.int64)
                     t0, c0 = time.perf_counter(), time.process_time()
-                    batch = step_batch(floor, arm.budget(b), st.max_nodes, None)
+                    batch = step_batch(floor, arm.budget(b), st.max_nodes, ids)
                     t_batch, c_batch = time.perf_counter() - t0, time.process_time() - c0
                     run = drive_step(policy, SimSource(st), batch, strict=True)
                     t1, c1 = time.perf_counter(), time.process_time()
@@ -98,16 +110,21 @@ def main() -> None:
                             b, ver, b + acc, verify_s, draft_s, draft_s, run.depths, run.expansions
                         )
                     t_after, c_after = time.perf_counter() - t1, time.process_time() - c1
+                    all_tokens += b + acc
+                    all_gpu += verify_s + draft_s
                     if i:
+                        tokens.append(b + acc)
                         host.append(t_batch + run.schedule_s + t_after)
                         cpu.append(c_batch + run.schedule_cpu_s + c_after)
                         gpu.append(verify_s + draft_s)
                         per_req.append(ver / b)
                 h, g = statistics.median(host), statistics.median(gpu)
+                serial = sum(tokens) / (sum(gpu) + sum(host))
                 print(
                     f"{name:<10} {b:>4} {arm.name:<11} {1e3 * h:>8.2f} "
                     f"{1e3 * statistics.median(cpu):>7.2f} {1e3 * g:>7.2f} {h / g:>6.1%} "
-                    f"{statistics.mean(per_req):>8.2f}",
+                    f"{statistics.mean(per_req):>8.2f} {all_tokens / all_gpu:>10.1f} "
+                    f"{serial:>9.1f}",
                     flush=True,
                 )
 
