@@ -31,7 +31,10 @@ GPU_CASES = ((1, 8192), (16, 2048), (64, 4096), (256, 1024))
 CPU_CASES = ((3, 24),)
 
 
-def _median_ms(fn: Callable[[], Any], device: torch.device, reps: int) -> float:
+def median_ms(fn: Callable[[], Any], device: torch.device, reps: int, inner: int = 1) -> float:
+    """Median milliseconds of one call of ``fn`` over ``reps`` samples after warm-up; on CUDA a
+    sample is ``inner`` calls back to back between two events, divided by ``inner`` (so a short
+    kernel's launcher host time hides behind the queued ones)."""
     for _ in range(min(reps, 3)):
         fn()
     samples = []
@@ -40,10 +43,11 @@ def _median_ms(fn: Callable[[], Any], device: torch.device, reps: int) -> float:
             start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
             end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # ditto
             start.record()
-            fn()
+            for _ in range(inner):
+                fn()
             end.record()
             torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end))
+            samples.append(start.elapsed_time(end) / inner)
         else:
             t0 = time.perf_counter()
             fn()
@@ -102,8 +106,8 @@ def _case(
     got, want = run_triton().float(), run_sdpa().float()
     max_err = float((got - want).abs().max())
     close = bool(torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol))
-    triton_ms = _median_ms(run_triton, device, reps)
-    sdpa_ms = _median_ms(run_sdpa, device, reps)
+    triton_ms = median_ms(run_triton, device, reps)
+    sdpa_ms = median_ms(run_sdpa, device, reps)
     return {
         "batch": batch,
         "max_context": max_ctx,
@@ -115,8 +119,8 @@ def _case(
         "triton_ms": round(triton_ms, 4),
         "sdpa_ms": round(sdpa_ms, 4),
         "speedup": round(sdpa_ms / triton_ms, 2) if triton_ms > 0 else None,
-        "triton_plan_ms": round(_median_ms(plan_triton, device, reps), 4),
-        "sdpa_plan_ms": round(_median_ms(plan_sdpa, device, reps), 4),
+        "triton_plan_ms": round(median_ms(plan_triton, device, reps), 4),
+        "sdpa_plan_ms": round(median_ms(plan_sdpa, device, reps), 4),
     }
 
 

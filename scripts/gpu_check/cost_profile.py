@@ -42,6 +42,7 @@ events; the reported time is the median of all replays, with the spread between 
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -361,7 +362,7 @@ def run_cost_profile(
     for b in s.batches:
         rows = [b * r for r in s.rows_per_request]
         med = [summary(("verify", b, r)) for r in s.rows_per_request]
-        mono = list(running_max([m[0] for m in med]))
+        mono = running_max([m[0] for m in med])
         verify[str(b)] = {
             "rows": [float(t) for t in rows],
             "seconds": [m / 1e3 for m in mono],
@@ -421,12 +422,9 @@ def run_cost_profile(
 def running_max(xs: Sequence[float]) -> list[float]:
     """Running maximum: replay's profile needs seconds that never fall as rows grow. A dip can be
     noise or a systematic shape effect (the SDPA profile's odd r are slower than the next even
-    r); the envelope prices the dip's shape at its slower neighbour, and ``raw_ms`` keeps the
+    r); the envelope lifts the faster shape after it to the dip's level, and ``raw_ms`` keeps the
     measured medians."""
-    out: list[float] = []
-    for x in xs:
-        out.append(max(x, out[-1]) if out else x)
-    return out
+    return list(itertools.accumulate(xs, max))
 
 
 def as_cost_file(result: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-import statistics
 import time
 from typing import Any
 
 import torch
+from gpu_check.attention_bench import median_ms
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 128
 GPU_SHAPES = (
@@ -40,26 +40,7 @@ CPU_TILES = ((16, 32, 4), (32, 32, 4))
 
 
 INNER = 10
-
-
-def _median_ms(fn: Any, device: torch.device, reps: int) -> float:
-    fn()
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e3
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
-        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # ditto
-        start.record()
-        for _ in range(INNER):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) / INNER)
-    return float(statistics.median(samples))
+"""Launches per timed sample (:func:`gpu_check.attention_bench.median_ms`)."""
 
 
 def run_tile_sweep(
@@ -109,7 +90,7 @@ def run_tile_sweep(
                 continue
             if not torch.allclose(got, want, atol=tol.atol, rtol=tol.rtol):
                 wrong.append(key)
-            times[key] = round(_median_ms(fn, device, reps), 4)
+            times[key] = round(median_ms(fn, device, reps, INNER), 4)
         dkey = f"{default.block_m}x{default.block_n}w{default.num_warps}"
         if not times:
             out.append({"shape": name, "batch": batch, "failed": failed, "wrong": ["all"]})

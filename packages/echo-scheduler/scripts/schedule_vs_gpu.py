@@ -3,11 +3,11 @@ not a test): ``python scripts/schedule_vs_gpu.py [--traces PATH...] [--gpu-cost 
 
 The replay (``echo-sd sim``) prices a step by the model's work alone: its cost models leave the
 policy's own host time out. This script measures that time on the same recorded pools: each arm
-is driven through ``--steps`` composed batches per (trace, B) exactly as the replay drives it
-(:func:`echo_scheduler.replay.run.drive_arm`'s sequence: the floor's ``step_batch``,
-:func:`~echo_scheduler.driver.drive_step`, ``observe`` and the floor's ``observe``), timing every
-host call of the policy and the floor (wall and process CPU, one torch thread) and leaving out
-only the recorded pool's growth (the drafter's GPU work). Per cell it prints the median over
+is driven through ``--steps`` composed batches per (trace, B) by the replay's own
+:func:`echo_scheduler.replay.run.replay_step` (the floor's ``step_batch``,
+:func:`~echo_scheduler.driver.drive_step`, ``observe`` and the floor's ``observe``), which times
+every host call of the policy and the floor (wall and process CPU, one torch thread) and leaves
+out only the recorded pool's growth (the drafter's GPU work). Per cell it prints the median over
 steps (the first step of each arm warms the allocator and is dropped) next to the measured GPU
 verify pass at that step's rows (``--gpu-cost``, default ``traces/cost-gpu-h200-llama8b.json``):
 
@@ -28,21 +28,16 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
-from echo_scheduler.driver import drive_step
-from echo_scheduler.elastic import ElasticFloor, step_batch
-from echo_scheduler.interface import StepOutcome
-from echo_scheduler.outcome import accepted_lengths
+from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.policies import make_policy
 from echo_scheduler.replay.arms import default_arms, select_arms
 from echo_scheduler.replay.costs import load_profiled
-from echo_scheduler.replay.run import calibrate_rows, compose_steps, split_warmup
+from echo_scheduler.replay.run import calibrate_rows, compose_steps, replay_step, split_warmup
 from echo_scheduler.rows import load_rows
-from echo_scheduler.simulator import SimSource
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -87,36 +82,19 @@ def main() -> None:
                 floor = ElasticFloor(cost.verify_model(b)) if arm.floor else None
                 host, cpu, gpu, per_req, tokens = [], [], [], [], []
                 all_tokens = all_gpu = 0.0
-                serials: dict[str, int] = {}  # request names as the engine's serials (drive_arm)
+                serials: dict[str, int] = {}
                 for i, st in enumerate(steps):
-                    ids = None
-                    if st.requests is not None:
-                        names = [serials.setdefault(r, len(serials)) for r in st.requests]
-                        ids = torch.tensor(names, dtype=torch.int64)
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    batch = step_batch(floor, arm.budget(b), st.max_nodes, ids)
-                    t_batch, c_batch = time.perf_counter() - t0, time.process_time() - c0
-                    run = drive_step(policy, SimSource(st), batch, strict=True)
-                    t1, c1 = time.perf_counter(), time.process_time()
-                    req = run.pool.request_index()
-                    lengths = accepted_lengths(run.pool, run.keep, st.target)
-                    verified = torch.bincount(req[run.keep], minlength=b)
-                    policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
-                    ver, acc = int(verified.sum()), int(lengths.sum())
-                    verify_s = cost.verify_s(b, b + ver)
-                    draft_s = cost.draft_s(b, run.depths, run.expansions)
-                    if floor is not None:
-                        floor.observe(
-                            b, ver, b + acc, verify_s, draft_s, draft_s, run.depths, run.expansions
-                        )
-                    t_after, c_after = time.perf_counter() - t1, time.process_time() - c1
+                    step = replay_step(policy, st, arm.budget(b), floor, cost, serials)
+                    ver, acc = int(step.verified.sum()), int(step.lengths.sum())
+                    run = step.run
+                    gpu_s = cost.verify_s(b, b + ver) + cost.draft_s(b, run.depths, run.expansions)
                     all_tokens += b + acc
-                    all_gpu += verify_s + draft_s
+                    all_gpu += gpu_s
                     if i:
                         tokens.append(b + acc)
-                        host.append(t_batch + run.schedule_s + t_after)
-                        cpu.append(c_batch + run.schedule_cpu_s + c_after)
-                        gpu.append(verify_s + draft_s)
+                        host.append(step.host_s)
+                        cpu.append(step.host_cpu_s)
+                        gpu.append(gpu_s)
                         per_req.append(ver / b)
                 h, g = statistics.median(host), statistics.median(gpu)
                 serial = sum(tokens) / (sum(gpu) + sum(host))

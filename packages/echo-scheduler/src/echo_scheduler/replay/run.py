@@ -23,6 +23,7 @@ model, B) on ``tune_steps`` batches composed from the warm-up rows
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +32,10 @@ import torch
 from torch import Tensor
 
 from echo_gating.policy import GatePolicy
-from echo_scheduler.driver import drive_step
+from echo_scheduler.driver import DrivenStep, drive_step
 from echo_scheduler.elastic import ElasticFloor, step_batch
 from echo_scheduler.errors import TraceError
-from echo_scheduler.interface import StepOutcome
+from echo_scheduler.interface import Policy, StepOutcome
 from echo_scheduler.outcome import accepted_lengths, accepted_mask
 from echo_scheduler.policies import make_policy
 from echo_scheduler.replay.arms import UTILITY_ARM, Arm
@@ -155,6 +156,53 @@ def calibrate_rows(rows: Sequence[TraceRow], max_depth: int) -> dict[str, GatePo
     return calibrate_variants(warmup_records(steps), max_depth)
 
 
+@dataclass(frozen=True, slots=True)
+class ReplayedStep:
+    """One recorded step driven through a policy (:func:`replay_step`)."""
+
+    run: DrivenStep
+    lengths: Tensor  # [B] accepted draft tokens per request
+    verified: Tensor  # [B] verified draft rows per request
+    host_s: float  # wall seconds inside the policy's and the floor's calls (no replay figure)
+    host_cpu_s: float  # process CPU seconds of the same calls
+
+
+def replay_step(
+    policy: Policy,
+    st: RecordedStep,
+    budget: int,
+    floor: ElasticFloor | None,
+    cost: StepCost | None,
+    serials: dict[str, int],
+) -> ReplayedStep:
+    """The engine's call sequence for one step: the floor's ``step_batch``, ``drive_step`` on the
+    recording, greedy acceptance, ``observe``, and the floor fed the modelled phase times.
+    ``serials`` maps the composed step's request names to the engine's serials (filled here)."""
+    b = st.batch_size
+    ids = None
+    if st.requests is not None:
+        names = [serials.setdefault(r, len(serials)) for r in st.requests]
+        ids = torch.tensor(names, dtype=torch.int64)
+    t0, c0 = time.perf_counter(), time.process_time()
+    batch = step_batch(floor, budget, st.max_nodes, ids)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    run = drive_step(policy, SimSource(st), batch, strict=True)
+    t0, c0 = time.perf_counter(), time.process_time()
+    req = run.pool.request_index()
+    lengths = accepted_lengths(run.pool, run.keep, st.target)
+    verified = torch.bincount(req[run.keep], minlength=b)
+    policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+    if floor is not None and cost is not None:
+        acc, ver = int(lengths.sum()), int(verified.sum())
+        draft = cost.draft_s(b, run.depths, run.expansions)
+        floor.observe(
+            b, ver, b + acc, cost.verify_s(b, b + ver), draft, draft, run.depths, run.expansions
+        )
+    wall += time.perf_counter() - t0 + run.schedule_s
+    cpu += time.process_time() - c0 + run.schedule_cpu_s
+    return ReplayedStep(run, lengths, verified, wall, cpu)
+
+
 def drive_arm(
     arm: Arm,
     steps: Sequence[RecordedStep],
@@ -172,31 +220,11 @@ def drive_arm(
     per_acc: list[Tensor] = []
     per_ver: list[Tensor] = []
     for st in steps:
-        ids = None
-        if st.requests is not None:
-            ids = torch.tensor(
-                [serials.setdefault(r, len(serials)) for r in st.requests], dtype=torch.int64
-            )
-        batch = step_batch(floor, budget, st.max_nodes, ids)
-        run = drive_step(policy, SimSource(st), batch, strict=True)
+        step = replay_step(policy, st, budget, floor, cost, serials)
+        run, lengths, verified = step.run, step.lengths, step.verified
         req = run.pool.request_index()
-        lengths = accepted_lengths(run.pool, run.keep, st.target)
-        verified = torch.bincount(req[run.keep], minlength=b)
-        policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
         own = torch.bincount(req[accepted_mask(run.pool, st.target)], minlength=b)
         acc, ver = int(lengths.sum()), int(verified.sum())
-        if floor is not None and cost is not None:
-            draft = cost.draft_s(b, run.depths, run.expansions)
-            floor.observe(
-                b,
-                ver,
-                b + acc,
-                cost.verify_s(b, b + ver),
-                draft,
-                draft,
-                run.depths,
-                run.expansions,
-            )
         reach = int(torch.minimum(own, st.max_nodes).sum())
         out.append([acc, ver, run.depths, run.expansions, reach])
         per_acc.append(lengths.to(torch.int64))
