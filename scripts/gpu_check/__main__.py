@@ -15,6 +15,8 @@ others), results gathered into one JSON summary:
    beside the traces (``--gpu-cost``).
 5. ``tiles``: a tile sweep of the tree attention on uniform and skewed row spreads
    (:mod:`gpu_check.tile_sweep`).
+6. ``schedule``: the policies' own time per step on the recorded pools with their tensors on
+   the device, and their host syncs (:mod:`gpu_check.schedule_time`).
 
 On the device the parts run in ``ALL_PARTS`` order (``--parts`` picks some): the profiles first,
 then engine, attention, the tier and the sweep; the summary is rewritten after every part, so a
@@ -44,10 +46,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 PART_TIMEOUT_S = {
     "cost": 120, "cost-triton": 150, "engine": 120, "attention": 90, "tier": 220, "tiles": 150,
+    "schedule": 240,
 }  # fmt: skip
 """Seconds per part on the GPU (``--parts`` picks some; all of them need more than the script's
 570 s limit only if every part runs to its timeout: the first H200 run took 102 s for four)."""
-ALL_PARTS = ("cost", "cost-triton", "engine", "attention", "tier", "tiles")
+ALL_PARTS = ("cost", "cost-triton", "engine", "attention", "tier", "tiles", "schedule")
 DRY_TIMEOUT_S = 120
 GPU_MODULES = ("echo_core", "echo_gating", "echo_scheduler", "echo_kernels", "echo_sglang")
 SERVER_SUBPACKAGES = ("engine", "model", "drafting", "kv")
@@ -154,6 +157,12 @@ def run_part(part: str, dry: bool) -> dict[str, Any]:
             os.environ["TRITON_INTERPRET"] = "1"
             return run_tile_sweep(device, CPU_SHAPES, CPU_TILES, torch.float32, reps=1)
         return run_tile_sweep(device, GPU_SHAPES, TILES, torch.bfloat16, reps=20)
+    if part == "schedule":
+        from gpu_check.schedule_time import CPU_BATCHES, GPU_BATCHES, TRACES, run_schedule_time
+
+        if dry:
+            return run_schedule_time(device, CPU_BATCHES, 3, TRACES[:1])
+        return run_schedule_time(device, GPU_BATCHES, 20)
     if part in ("cost", "cost-triton"):
         from gpu_check.cost_profile import LLAMA31_8B, TINY, run_cost_profile
 
@@ -228,6 +237,10 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
                 f"device violations {r['device_violations']}",
                 flush=True,
             )
+    if part == "schedule" and "cells" in result:
+        print(result["header"], flush=True)
+        for cell in result["cells"]:
+            print(cell["line"], flush=True)
     if part == "tiles" and "shapes" in result:
         from gpu_check.tile_sweep import format_sweep
 

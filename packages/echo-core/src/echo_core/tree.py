@@ -57,6 +57,19 @@ class TreeBatch:
     def device(self) -> torch.device:
         return self.token.device
 
+    def to(self, device: torch.device | str) -> TreeBatch:
+        """This batch with every tensor on ``device`` (itself when already there)."""
+        if self.device == torch.device(device):
+            return self
+        return TreeBatch(
+            cu_nodes=self.cu_nodes.to(device),
+            token=self.token.to(device),
+            parent=self.parent.to(device),
+            depth=self.depth.to(device),
+            draft_logprob=self.draft_logprob.to(device),
+            path_logprob=self.path_logprob.to(device),
+        )
+
     def nodes_per_request(self) -> Tensor:
         """``n_b = cu_nodes[b+1] - cu_nodes[b]``: [B] int64."""
         return self.cu_nodes[1:] - self.cu_nodes[:-1]

@@ -98,15 +98,8 @@ def random_rows(
 
 
 def tree_to(tree: TreeBatch, device: torch.device | str) -> TreeBatch:
-    """``tree`` with every tensor moved to ``device``."""
-    return TreeBatch(
-        cu_nodes=tree.cu_nodes.to(device),
-        token=tree.token.to(device),
-        parent=tree.parent.to(device),
-        depth=tree.depth.to(device),
-        draft_logprob=tree.draft_logprob.to(device),
-        path_logprob=tree.path_logprob.to(device),
-    )
+    """``tree`` with every tensor moved to ``device`` (:meth:`TreeBatch.to`)."""
+    return tree.to(device)
 
 
 def random_tree_of_sizes(

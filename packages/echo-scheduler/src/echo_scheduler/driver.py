@@ -17,14 +17,20 @@ that SGLang's EAGLE worker already drafted). One step::
 
 ``depths`` counts drafter calls (one per drafted depth); ``expansions`` counts the nodes (or
 roots) the plans asked to expand. ``schedule_s`` / ``schedule_cpu_s`` are the wall and process
-CPU time spent inside the policy's three methods (the scheduling overhead of a step).
+CPU time spent inside the policy's three methods (the scheduling overhead of a step). With
+``around`` every policy call runs inside ``around()``, on the clock: a benchmark on a GPU passes a
+context that synchronizes the device on exit (so the clock holds the device work the call
+queued), or one that counts host syncs.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Protocol
+from functools import partial
+from typing import Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -32,6 +38,10 @@ from torch import Tensor
 from echo_core.tree import TreeBatch, empty_tree, select_nodes
 from echo_scheduler.errors import PolicyError, TraceError
 from echo_scheduler.interface import DraftPlan, Policy, StepBatch
+
+_T = TypeVar("_T")
+Around = Callable[[], AbstractContextManager[object]]
+"""A context factory every policy call runs inside (:func:`drive_step`'s ``around``)."""
 
 MAX_DRAFT_DEPTH = 16
 """Default bound on drafted depths per step (every caller's default: engine, simulator)."""
@@ -73,6 +83,14 @@ class _PolicyClock:
         self.wall += time.perf_counter() - self._t0
         self.cpu += time.process_time() - self._c0
 
+    def call(self, around: Around | None, fn: Callable[[], _T]) -> _T:
+        """``fn()`` inside ``around()`` (if any), on the clock."""
+        self.start()
+        with around() if around is not None else nullcontext():
+            out = fn()
+        self.stop()
+        return out
+
 
 def drive_step(
     policy: Policy,
@@ -81,6 +99,7 @@ def drive_step(
     *,
     max_depth: int = MAX_DRAFT_DEPTH,
     strict: bool = False,
+    around: Around | None = None,
 ) -> DrivenStep:
     """Run one step of ``policy`` over ``source`` (module docstring).
 
@@ -91,9 +110,7 @@ def drive_step(
     if max_depth < 0:
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
     clock = _PolicyClock()
-    clock.start()
-    plan = policy.begin_step(batch)
-    clock.stop()
+    plan = clock.call(around, partial(policy.begin_step, batch))
     pool = empty_tree(batch.batch_size, batch.max_nodes.device)
     depths = expansions = 0
     while not plan.done:
@@ -108,12 +125,8 @@ def drive_step(
         roots = plan.root_topk
         expansions += int((roots > 0).sum()) if roots is not None else int(plan.expand.numel())
         pool, depths = grown, depths + 1
-        clock.start()
-        plan = policy.after_depth(pool)
-        clock.stop()
-    clock.start()
-    keep = policy.select(pool)
-    clock.stop()
+        plan = clock.call(around, partial(policy.after_depth, grown))
+    keep = clock.call(around, partial(policy.select, pool))
     tree = check_selection(pool, keep, batch.budget, batch.max_nodes)
     return DrivenStep(pool, keep, tree, depths, expansions, clock.wall, clock.cpu)
 

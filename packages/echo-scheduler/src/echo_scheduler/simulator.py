@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from echo_core.stats import AcceptanceTotals
-from echo_core.tree import TreeBatch
+from echo_core.tree import TreeBatch, empty_tree
 from echo_scheduler.cost import VerifyCostModel
 from echo_scheduler.driver import DrivenStep, drive_step
 from echo_scheduler.interface import DraftPlan, Policy, StepBatch, StepOutcome
@@ -83,6 +83,28 @@ class SimSource:
 
     def grow(self, pool: TreeBatch, plan: DraftPlan) -> TreeBatch:
         return grow_pool(pool, self.step.draft(pool, plan))
+
+
+class DeviceSource:
+    """A :class:`SimSource` whose pools the policy sees on ``device``: the recording is grown on
+    the CPU (its own copy of the pool, outside any policy clock) and each grown pool is moved
+    to the device, so a benchmark times the policy's device work and nothing of the drafter's.
+    Each call copies the plan to the host, a sync a real drafter on the device does not make."""
+
+    def __init__(self, step: SimStep, device: torch.device) -> None:
+        self.source = SimSource(step)
+        self.device = device
+        self._host: TreeBatch | None = None  # the CPU copy of the pool the policy holds
+
+    def grow(self, pool: TreeBatch, plan: DraftPlan) -> TreeBatch:
+        host = self._host if self._host is not None else empty_tree(pool.batch_size, "cpu")
+        cpu = DraftPlan(
+            root_topk=None if plan.root_topk is None else plan.root_topk.cpu(),
+            expand=plan.expand.cpu(),
+            topk=plan.topk.cpu(),
+        )
+        self._host = self.source.grow(host, cpu)
+        return self._host.to(self.device)
 
 
 def drive(

@@ -23,8 +23,10 @@ model, B) on ``tune_steps`` batches composed from the warm-up rows
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +34,7 @@ import torch
 from torch import Tensor
 
 from echo_gating.policy import GatePolicy
-from echo_scheduler.driver import DrivenStep, drive_step
+from echo_scheduler.driver import Around, DraftSource, DrivenStep, drive_step
 from echo_scheduler.elastic import ElasticFloor, step_batch
 from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import Policy, StepOutcome
@@ -53,7 +55,7 @@ from echo_scheduler.rows import (
     stack,
     streams,
 )
-from echo_scheduler.simulator import SimSource
+from echo_scheduler.simulator import DeviceSource, SimSource
 from echo_scheduler.trace import RecordedStep
 
 WARMUP_CHUNK = 64
@@ -174,10 +176,17 @@ def replay_step(
     floor: ElasticFloor | None,
     cost: StepCost | None,
     serials: dict[str, int],
+    device: torch.device | None = None,
+    around: Around | None = None,
 ) -> ReplayedStep:
     """The engine's call sequence for one step: the floor's ``step_batch``, ``drive_step`` on the
     recording, greedy acceptance, ``observe``, and the floor fed the modelled phase times.
-    ``serials`` maps the composed step's request names to the engine's serials (filled here)."""
+    ``serials`` maps the composed step's request names to the engine's serials (filled here).
+
+    ``device``: the policy works on pools there (:class:`~echo_scheduler.simulator.DeviceSource`;
+    None: the CPU). ``around``: a context every policy call runs inside (``drive_step``'s), here
+    also ``observe``. The host time is that of the floor's and the policy's calls; greedy
+    acceptance (the verify's own work) is left out."""
     b = st.batch_size
     ids = None
     if st.requests is not None:
@@ -186,12 +195,19 @@ def replay_step(
     t0, c0 = time.perf_counter(), time.process_time()
     batch = step_batch(floor, budget, st.max_nodes, ids)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    run = drive_step(policy, SimSource(st), batch, strict=True)
+    source: DraftSource = SimSource(st)
+    if device is not None and device.type != "cpu":
+        batch = dataclasses.replace(batch, max_nodes=batch.max_nodes.to(device))
+        source = DeviceSource(st, device)
+    run = drive_step(policy, source, batch, strict=True, around=around)
+    pool, keep = run.pool.to("cpu"), run.keep.to("cpu")
+    lengths = accepted_lengths(pool, keep, st.target)
+    verified = torch.bincount(pool.request_index()[keep], minlength=b)
+    dev = batch.max_nodes.device
+    outcome = StepOutcome(accepted_lengths=lengths.to(dev), verified=verified.to(dev))
     t0, c0 = time.perf_counter(), time.process_time()
-    req = run.pool.request_index()
-    lengths = accepted_lengths(run.pool, run.keep, st.target)
-    verified = torch.bincount(req[run.keep], minlength=b)
-    policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+    with around() if around is not None else nullcontext():
+        policy.observe(outcome)
     if floor is not None and cost is not None:
         acc, ver = int(lengths.sum()), int(verified.sum())
         draft = cost.draft_s(b, run.depths, run.expansions)
