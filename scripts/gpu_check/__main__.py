@@ -238,9 +238,15 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
                 flush=True,
             )
     if part == "schedule" and "cells" in result:
+        print(f"policy on the device ({result['device']}):", flush=True)
         print(result["header"], flush=True)
         for cell in result["cells"]:
             print(cell["line"], flush=True)
+        print(f"policy on the host ({result['host_cpu']}, one torch thread):", flush=True)
+        for cell in result["host_cells"]:
+            print(cell["line"], flush=True)
+        for n, t in result["transfer"].items():
+            print(f"  pool of {n} nodes: d2h {t['d2h_ms']} ms, h2d {t['h2d_ms']} ms", flush=True)
     if part == "tiles" and "shapes" in result:
         from gpu_check.tile_sweep import format_sweep
 

@@ -132,7 +132,8 @@ def _generate(
     steps = 0
     while engine.has_work():
         if observe is not None and 0 < steps <= OBSERVED_STEPS:
-            with HostSyncCounter() as syncs, DeviceGuard(strict=False) as guard:
+            on_gpu = engine.device.type != "cpu"  # count real syncs only, not host-side work
+            with HostSyncCounter(device_only=on_gpu) as syncs, DeviceGuard(strict=False) as guard:
                 engine.step()
             observe.setdefault("host_syncs_per_step", []).append(syncs.total)
             observe.setdefault("device_violations", []).extend(guard.violations)

@@ -67,3 +67,27 @@ def test_mixed_devices_are_reported_before_torch_sees_them() -> None:
             _ = cpu + meta
     assert len(guard.violations) == 1
     assert "['cpu', 'meta']" in guard.violations[0]
+
+
+def test_device_only_counter_ignores_host_tensors() -> None:
+    """On a GPU the engine keeps the policy on the host: reads of CPU tensors are not syncs
+    there, so ``device_only`` counts none of them (and the default counts all)."""
+    x = torch.arange(6)
+    with HostSyncCounter(device_only=True) as host_side, HostSyncCounter() as every:
+        _ = int(x.sum())
+        _ = x[x > 2]
+        _ = x.to(torch.device("cpu"))
+        _ = x.tolist()
+    assert host_side.total == 0
+    assert every.total == 3  # int(), the mask index, tolist(); to(torch.device) is never counted
+
+
+@pytest.mark.gpu
+def test_device_only_counter_counts_reads_of_device_tensors() -> None:
+    x = torch.arange(6, device="cuda")
+    with HostSyncCounter(device_only=True) as syncs:
+        _ = int(x.sum())
+        _ = x[x > 2]
+        _ = x.to(torch.device("cpu"))
+        _ = x.cpu()
+    assert syncs.total == 4

@@ -123,3 +123,30 @@ def test_expected_accept_checks_shapes() -> None:
     maps = AcceptanceMaps((DepthMap((), (0.5,), (1,)),))
     with pytest.raises(GatingError, match="int64"):
         maps.expected_accept(torch.tensor([1.0]), torch.tensor([0.0]))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batched_lookup_equals_the_scalar_map(seed: int) -> None:
+    """The flattened ``searchsorted`` counts ``e_j <= s`` exactly as ``DepthMap.__call__`` does
+    (edges float32-exact, as the lookup compares in float32),
+    at the edges themselves, at -0.0 / +0.0 around a zero edge, at +-inf and past the depths."""
+    g = torch.Generator().manual_seed(seed)
+    maps = AcceptanceMaps(
+        (
+            DepthMap((), (0.5,), (3,)),  # one step, no edges
+            DepthMap((-2.0, 0.0, 1.5), (0.1, 0.2, 0.6, 0.9), (1, 1, 1, 1)),
+            DepthMap((-7.25, -3.0, -(2.0**-100)), (0.0, 0.3, 0.4, 0.8), (1, 1, 1, 1)),
+        )
+    )
+    edges = torch.tensor([e for m in maps.maps for e in m.edges])
+    n = 4000
+    depth = torch.randint(-1, 6, (n,), generator=g)
+    score = -10 * torch.rand(n, generator=g) + 2
+    on_edge = torch.rand(n, generator=g) < 0.3
+    score[on_edge] = edges[torch.randint(0, edges.numel(), (n,), generator=g)][on_edge]
+    special = torch.tensor([-0.0, 0.0, -math.inf, math.inf, -(2.0**-100), 2.0**-149, -(2.0**-149)])
+    score[: special.numel()] = special
+    got = maps.expected_accept(depth, score)
+    clamp = depth.clamp(1, maps.max_depth)
+    want = [maps.maps[int(d) - 1](float(s)) for d, s in zip(clamp, score, strict=True)]
+    assert torch.equal(got, torch.tensor(want, dtype=torch.float32))

@@ -72,8 +72,19 @@ def _caller() -> str:
     return f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno}"
 
 
-def is_host_sync(name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
-    """Whether ``torch`` call ``name(*args, **kwargs)`` reads device values on the host."""
+def is_host_sync(
+    name: str, args: Sequence[Any], kwargs: Mapping[str, Any], device_only: bool = False
+) -> bool:
+    """Whether ``torch`` call ``name(*args, **kwargs)`` reads device values on the host.
+
+    ``device_only`` (on a GPU): only calls with a tensor argument off the CPU count, and ``to``
+    counts for any CPU target (a ``torch.device`` too), so host-side work is not a sync."""
+    if device_only:
+        if not any(t.device.type != "cpu" for t in _tensors([*args, *kwargs.values()])):
+            return False
+        if name == "to":
+            target = kwargs.get("device", args[1] if len(args) > 1 else None)
+            return isinstance(target, (str, torch.device)) and torch.device(target).type == "cpu"
     if name in EXPLICIT_READS or name in VALUE_SIZED:
         return True
     if name == "to":  # a literal "cpu": a device taken from a tensor may be the GPU on a GPU
@@ -125,8 +136,11 @@ class HostSyncCounter(_ObservingMode):
     1
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, device_only: bool = False) -> None:
+        """``device_only``: count only reads of tensors off the CPU (:func:`is_host_sync`); the
+        default counts every such call, so a CPU run shows what a GPU run would sync on."""
         super().__init__()
+        self.device_only = device_only
         self.counts: collections.Counter[str] = collections.Counter()
         self.sites: collections.Counter[tuple[str, str]] = collections.Counter()
 
@@ -138,7 +152,7 @@ class HostSyncCounter(_ObservingMode):
         self, func: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> None:
         name = _name(func)
-        if is_host_sync(name, args, kwargs):
+        if is_host_sync(name, args, kwargs, self.device_only):
             self.counts[name] += 1
             self.sites[(name, _caller())] += 1
 

@@ -64,14 +64,30 @@ class DepthMap:
         return self.values[sum(1 for e in self.edges if e <= score)]
 
 
+def _ordered(x: Tensor) -> Tensor:
+    """[N] float32 -> [N] int64 in [0, 2^32), ordered as the floats are under ``<=`` (``-0.0``
+    counts as ``+0.0``; NaN has no place): ``bits + 2^31`` for a clear sign bit, else
+    ``-1 - bits``."""
+    bits = (x + 0.0).view(torch.int32).to(torch.int64)  # + 0.0 turns -0.0 into +0.0
+    return torch.where(bits >= 0, bits + (1 << 31), -1 - bits)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tables:
+    """Every depth's edges and values, flattened (:meth:`AcceptanceMaps.expected_accept`)."""
+
+    flat_edges: Tensor  # [sum K_d - 1] int64, r 2^32 + o(e), ascending
+    row_base: Tensor  # [D + 1] int64, r 2^32
+    shift: Tensor  # [D + 1] int64, first value index of row r less its first edge index
+    flat_values: Tensor  # [sum K_d] float32, row after row
+
+
 @dataclass(frozen=True, slots=True)
 class AcceptanceMaps:
     """Per-depth acceptance maps; ``maps[d - 1]`` serves depth d."""
 
     maps: tuple[DepthMap, ...]
-    _tables: dict[str, tuple[Tensor, Tensor]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+    _tables: dict[str, _Tables] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.maps:
@@ -82,17 +98,25 @@ class AcceptanceMaps:
         return len(self.maps)
 
     def expected_accept(self, depth: Tensor, path_logprob: Tensor) -> Tensor:
-        """``m_depth(path_logprob)``: [N] int64, [N] float -> [N] float32 in [0, 1]."""
+        """``m_depth(path_logprob)``: [N] int64, [N] float -> [N] float32 in [0, 1].
+
+        One ``searchsorted`` over every depth's edges at once, without an [N, K] table: a float32
+        ``x`` becomes the int64 ``o(x) = bits(x) + 2^31`` when its sign bit is clear, else
+        ``-1 - bits(x)`` (``bits``: the sign-extended int32 pattern), which orders floats as
+        ``<=`` does once ``-0.0`` is made ``+0.0``; depth row r's edges are stored as
+        ``r 2^32 + o(e)``, sorted, so the edges of row r up to ``x`` are those up to
+        ``r 2^32 + o(x)`` less the ``r`` rows before: exactly ``#{j: e_j <= x}``.
+        """
         if depth.dim() != 1 or depth.dtype != torch.int64 or path_logprob.shape != depth.shape:
             raise GatingError(
                 f"depth must be [N] int64 and path_logprob [N], got {tuple(depth.shape)} "
                 f"{depth.dtype} and {tuple(path_logprob.shape)}"
             )
-        edges, values = self._device_tables(depth.device)  # [D, K-1], [D, K]
-        row = depth.clamp(1, self.max_depth) - 1  # [N] int64
-        x = path_logprob.to(torch.float32).unsqueeze(1)  # [N, 1]
-        col = torch.searchsorted(edges[row], x, right=True)  # [N, 1] int64
-        return values[row].gather(1, col).squeeze(1)
+        t = self._device_tables(depth.device)
+        row = depth.clamp(1, self.max_depth)  # tables carry an unused row 0
+        query = _ordered(path_logprob.to(torch.float32)) + t.row_base[row]
+        at = torch.searchsorted(t.flat_edges, query, right=True)
+        return t.flat_values[at + t.shift[row]]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,17 +158,27 @@ class AcceptanceMaps:
                 raise CalibrationError(f"acceptance map of depth {i}: {exc}") from exc
         return cls(tuple(maps))
 
-    def _device_tables(self, device: torch.device) -> tuple[Tensor, Tensor]:
+    def _device_tables(self, device: torch.device) -> _Tables:
         key = str(device)
         if key not in self._tables:
-            width = max(len(m.values) for m in self.maps)
-            edges = torch.full((self.max_depth, max(width - 1, 1)), math.inf)
-            values = torch.zeros(self.max_depth, width)
-            for i, m in enumerate(self.maps):
-                edges[i, : len(m.edges)] = torch.tensor(m.edges, dtype=torch.float32)
-                values[i, : len(m.values)] = torch.tensor(m.values, dtype=torch.float32)
-                values[i, len(m.values) :] = m.values[-1]
-            self._tables[key] = (edges.to(device), values.to(device))
+            keys: list[Tensor] = []
+            edge_start, value_start = [0], [0]
+            for r, m in enumerate(self.maps, start=1):
+                edges = torch.tensor(m.edges, dtype=torch.float32).reshape(-1)
+                keys.append(_ordered(edges) + (r << 32))
+                edge_start.append(edge_start[-1] + len(m.edges))
+                value_start.append(value_start[-1] + len(m.values))
+            rows = torch.arange(self.max_depth + 1, dtype=torch.int64)
+            # the searchsorted position counts every earlier row's edges; shift moves it to the
+            # row's own values: shift_r = value_start_r - edge_start_r
+            shift = torch.tensor([0, *value_start[:-1]]) - torch.tensor([0, *edge_start[:-1]])
+            values = [v for m in self.maps for v in m.values]
+            self._tables[key] = _Tables(
+                flat_edges=torch.cat(keys).to(device),
+                row_base=(rows << 32).to(device),
+                shift=shift.to(device),
+                flat_values=torch.tensor(values, dtype=torch.float32).to(device),
+            )
         return self._tables[key]
 
 

@@ -27,7 +27,7 @@ import bisect
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import torch
@@ -167,6 +167,9 @@ class ProfileCost:
 
     tokens: tuple[float, ...]
     seconds: tuple[float, ...]
+    _points: dict[str, tuple[Tensor, Tensor]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )  # the points as float64 tensors, per device
 
     def __post_init__(self) -> None:
         t, y = self.tokens, self.seconds
@@ -185,12 +188,19 @@ class ProfileCost:
         slope = (y[i] - y[i - 1]) / (t[i] - t[i - 1])
         return max(y[i - 1] + slope * (tokens - t[i - 1]), 0.0)
 
+    def _tensors(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        key = str(device)
+        if key not in self._points:
+            t = torch.tensor(self.tokens, dtype=torch.float64, device=device)
+            y = torch.tensor(self.seconds, dtype=torch.float64, device=device)
+            self._points[key] = (t, y)
+        return self._points[key]
+
     def latency(self, tokens: Tensor) -> Tensor:
         """``latency_at`` for every T of ``tokens`` (float64, same shape), in the same float64
         operations, so the two agree bit for bit."""
         x = tokens.to(torch.float64)
-        t = torch.tensor(self.tokens, dtype=torch.float64, device=x.device)
-        y = torch.tensor(self.seconds, dtype=torch.float64, device=x.device)
+        t, y = self._tensors(x.device)
         i = torch.searchsorted(t, x, right=True).clamp(max=len(self.tokens) - 1).clamp(min=1)
         t0, t1, y0, y1 = t[i - 1], t[i], y[i - 1], y[i]
         inside = (y0 + (y1 - y0) / (t1 - t0) * (x - t0)).clamp(min=0.0)

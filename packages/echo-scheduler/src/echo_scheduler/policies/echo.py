@@ -159,6 +159,7 @@ class EchoPolicy(BasePolicy):
         self._aged: Tensor | None = None  # [B] bool, this step's aged requests (None: none)
         self._plain_draft_s: float | None = None  # d_0: undrafted steps' draft phase, seconds
         self.step_modes: dict[str, int] = dict.fromkeys(STEP_MODES, 0)  # priced steps per mode
+        self._memo: _Ranked | None = None  # the last depth's ranking, for select on that pool
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -174,6 +175,7 @@ class EchoPolicy(BasePolicy):
         self._factor = self._predicted = None
         self._factor_max = 1.0
         self._aged = None
+        self._memo = None
         if self.aging and batch.requests is not None:
             ids = batch.requests.tolist()  # host tensor: no device sync
             for r in self._presence.step(ids):
@@ -315,10 +317,12 @@ class EchoPolicy(BasePolicy):
         if self._shallow or d >= self.config.max_depth or not bool(active.any()):
             return DraftPlan.finished(pool.device)
         ix = PoolIndex.of(pool)
-        key = self.key(pool, ix)
+        base = self._base_key(pool, ix)
+        key = self._rescale(pool, base)
         kpos = key_order(key, path_score(pool))
         k0, width = self.config.topk, self.config.draft_width
         order = self._order(pool, ix, kpos, key)
+        self._memo = _Ranked(pool, ix, base, key, order)  # select reuses it on the same pool
         at_depth = pool.depth == d
         if self.reserve_base and d < self.config.base_depth:
             pick = ranks_in_order(order.group, order.grouped, at_depth & active[ix.req]) < k0
@@ -412,10 +416,14 @@ class EchoPolicy(BasePolicy):
         return first & aged[ix.req] & (ranks_in_order(group, grouped, first) == 0)
 
     def select(self, pool: TreeBatch) -> Tensor:
-        ix = PoolIndex.of(pool)
-        base = self._base_key(pool, ix)
-        key = self._rescale(pool, base)
-        order = self._order(pool, ix, key_order(key, path_score(pool)), key)
+        memo, self._memo = self._memo, None
+        if memo is not None and memo.pool is pool:  # the last depth ranked this very pool
+            ix, base, key, order = memo.ix, memo.base, memo.key, memo.order
+        else:
+            ix = PoolIndex.of(pool)
+            base = self._base_key(pool, ix)
+            key = self._rescale(pool, base)
+            order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         caps = self.batch.max_nodes
         keep = budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
         price = self.batch.row_price
@@ -438,6 +446,18 @@ class EchoPolicy(BasePolicy):
         key = self.key(pool, ix)
         order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         return torch.where(order.eligible, order.tier, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    """A pool's ranking as ``_next_plan`` computed it; the gate state it depends on (truncation,
+    aging, the floor) does not change between the last depth and ``select``."""
+
+    pool: TreeBatch
+    ix: PoolIndex
+    base: Tensor  # [N] float32, u' without the history factor
+    key: Tensor  # [N] float32, u' rescaled
+    order: _Order
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ class EngineConfig:
     max_depth: int = MAX_DRAFT_DEPTH  # safety bound on drafted depths per step
     elastic: bool = False  # per-step cost floor (echo_scheduler.elastic), from the verify profile
     prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK  # prompt rows per step; None: no limit
+    policy_on_host: bool = True  # the policy ranks CPU copies of the pool (see the engine)
 
     def __post_init__(self) -> None:
         if self.budget != "auto" and (not isinstance(self.budget, int) or self.budget < 0):

@@ -20,6 +20,7 @@ step is retried per request, so only the culprit fails (:meth:`Engine._decode_is
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections import deque
@@ -77,7 +78,11 @@ class Engine:
         self.policy, self.drafter = policy, drafter
         self.config = cfg = config or EngineConfig()
         mc, dtype, device = model.config, model.dtype, model.device
-        self.device = device  # every per-step tensor of the engine lives here
+        self.device = device  # every per-step tensor of the engine lives here, except:
+        # the policy's pool (caps, drafted candidates, selection) lives on the host unless
+        # cfg.policy_on_host is False: on an H200 ECHO's ranking on device tensors took 4-17 ms
+        # per step (23-72 syncs), on the host CPU a few ms (docs/BENCHMARKS.md, session 21)
+        self.policy_device = torch.device("cpu") if cfg.policy_on_host else device
         self.kv = KVPool(mc, cfg.kv_slots, cfg.max_batch, cfg.max_context, dtype, device)
         self.budget = StepBudget.for_model(cfg.budget, model)
         self.elastic = ElasticFloor(load_or_measure_profile(model)) if cfg.elastic else None
@@ -192,12 +197,16 @@ class Engine:
             self.drafter.begin_step([s.context for s in batch], [s.request_id for s in batch])
             # A step emits accepted + 1 tokens: never draft past what max_tokens allows.
             caps = torch.tensor(
-                [max(s.remaining - 1, 0) for s in batch], dtype=torch.int64, device=self.device
+                [max(s.remaining - 1, 0) for s in batch],
+                dtype=torch.int64,
+                device=self.policy_device,
             )
             serials = torch.tensor([s.serial for s in batch], dtype=torch.int64, device="cpu")
             step = step_batch(self.elastic, self.budget_k(len(batch)), caps, serials)
             source = DrafterSource(self.drafter)
             driven = drive_step(self.policy, source, step, max_depth=self.config.max_depth)
+            if driven.tree.device != self.device:  # the selected SuperTree, once, to the model
+                driven = dataclasses.replace(driven, tree=driven.tree.to(self.device))
             timer.mark("draft")
             handles = [s.kv for s in batch if s.kv is not None]
             roots = torch.tensor([s.root for s in batch], dtype=torch.int64, device=self.device)
@@ -222,7 +231,8 @@ class Engine:
         keep = kept_rows(tree, accepted, n_acc)
         self.drafter.observe(feedback(ids, out, keep, result.bonus_token))
         draft_s = timer.seconds.get("draft")  # drafter calls and policy, measured
-        self.policy.observe(StepOutcome(n_acc, tree.nodes_per_request(), draft_s))
+        pdev = self.policy_device
+        self.policy.observe(StepOutcome(n_acc.to(pdev), tree.nodes_per_request().to(pdev), draft_s))
         timer.mark("commit")
         root_positions = torch.tensor(  # host bookkeeping for the step report
             [len(s.context) - 1 for s in batch], dtype=torch.int64, device="cpu"
