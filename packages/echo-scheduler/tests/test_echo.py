@@ -12,7 +12,9 @@ from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.signals import layer_confidence
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.driver import DrivenStep, drive_step
-from echo_scheduler.interface import StepBatch
+from echo_scheduler.history import RequestHistory
+from echo_scheduler.interface import StepBatch, StepOutcome
+from echo_scheduler.outcome import accepted_lengths
 from echo_scheduler.policies.echo import DEPTH, WIDTH, EchoPolicy
 from echo_scheduler.ranking import key_order, path_score, top_per_request
 from echo_scheduler.simulator import SimSource, drive
@@ -192,3 +194,54 @@ def test_a_node_price_prunes_expansions_that_cannot_pay_their_drafter_row() -> N
     assert dear.depths == 0  # the best depth-1 estimate, 0.9, is below 0.01 + 0.95
     assert 0 < mid.expansions <= free.expansions
     assert mid.depths <= free.depths
+
+
+class _AlwaysRanked(EchoPolicy):
+    """ECHO with the below-budget shortcuts off: every depth and ``select`` rank the pool."""
+
+    def _plan_below_budget(self, *args: object) -> None:
+        return None
+
+    def _all_eligible(self, *args: object) -> None:
+        return None
+
+
+@FAST
+@given(
+    seed=st.integers(0, 10_000),
+    batch=st.integers(1, 8),
+    budget=st.integers(1, 120),
+    floor=st.sampled_from([0.0, 0.1, 0.45]),
+    node_price=st.sampled_from([None, 0.05]),
+    history=st.booleans(),
+)
+def test_the_below_budget_shortcuts_decide_as_the_full_ranking_does(
+    seed: int, batch: int, budget: int, floor: float, node_price: float | None, history: bool
+) -> None:
+    """Where neither the budget nor a cap binds, ``_next_plan`` decides from the new depth alone
+    and ``select`` keeps every eligible node; both must give the full ranking's plans, pool and
+    selection, bit for bit, with and without maps, the floor, node prices and history keys
+    (three steps, each observed, so the history factors move)."""
+    steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(seed))
+    ids = torch.arange(batch, dtype=torch.int64)
+    for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), _calibrated_gate()):
+        fast = EchoPolicy(CONFIG, gate, history=RequestHistory() if history else None)
+        full = _AlwaysRanked(CONFIG, gate, history=RequestHistory() if history else None)
+        for step in steps:
+            runs = []
+            for policy in (fast, full):
+                batch_in = StepBatch(
+                    batch, budget, step.max_nodes, min_utility=floor, node_price=node_price,
+                    depth_price=0.01, requests=ids,
+                )  # fmt: skip
+                run = drive_step(policy, SimSource(step), batch_in, strict=True)
+                lengths = accepted_lengths(run.pool, run.keep, step.target)
+                verified = _per_request(run.pool, run.keep)
+                policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+                runs.append(run)
+            a, b = runs
+            assert a.depths == b.depths
+            assert a.expansions == b.expansions
+            assert torch.equal(a.pool.token, b.pool.token)
+            assert torch.equal(a.pool.cu_nodes, b.pool.cu_nodes)
+            assert torch.equal(a.keep, b.keep)

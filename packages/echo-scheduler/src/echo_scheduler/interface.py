@@ -61,6 +61,10 @@ class RowPrice:
         """``scale * latency(T)`` for every T in ``rows``: float64, same shape."""
         return self.scale * self.latency.latency(rows)
 
+    def seconds_at(self, rows: float) -> float:
+        """:meth:`seconds` at one T, in plain Python (the latency model's ``latency_at``)."""
+        return self.scale * self.latency.latency_at(rows)
+
 
 @dataclass(frozen=True, slots=True)
 class StepBatch:

@@ -81,9 +81,7 @@ def monotone_key(pool: TreeBatch, key: Tensor, index: PoolIndex | None = None) -
 
 def inverse(perm: Tensor) -> Tensor:
     """Inverse of a permutation: ``inv[perm[i]] = i``, O(N)."""
-    inv = torch.empty_like(perm)
-    inv[perm] = torch.arange(perm.numel(), device=perm.device)
-    return inv
+    return torch.empty_like(perm).scatter_(0, perm, torch.arange(perm.numel(), device=perm.device))
 
 
 def positions(order_key: Tensor) -> Tensor:

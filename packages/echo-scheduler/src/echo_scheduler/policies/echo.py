@@ -84,6 +84,7 @@ import torch
 from torch import Tensor
 
 from echo_core.tree import TreeBatch
+from echo_gating.maps import AcceptanceMaps
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cut import exact_cut
@@ -101,6 +102,7 @@ from echo_scheduler.ranking import (
     key_order,
     monotone_key,
     path_score,
+    rank_in_group,
     ranks_in_order,
     top_per_request,
 )
@@ -160,6 +162,8 @@ class EchoPolicy(BasePolicy):
         self._plain_draft_s: float | None = None  # d_0: undrafted steps' draft phase, seconds
         self.step_modes: dict[str, int] = dict.fromkeys(STEP_MODES, 0)  # priced steps per mode
         self._memo: _Ranked | None = None  # the last depth's ranking, for select on that pool
+        self._first_best: tuple[AcceptanceMaps, float] | None = None  # maps -> m_1(0)
+        self._band_held = torch.zeros(0, dtype=torch.int64)  # [B] band nodes per request
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -176,6 +180,7 @@ class EchoPolicy(BasePolicy):
         self._factor_max = 1.0
         self._aged = None
         self._memo = None
+        self._band_held = torch.zeros_like(batch.max_nodes)  # band nodes per request so far
         if self.aging and batch.requests is not None:
             ids = batch.requests.tolist()  # host tensor: no device sync
             for r in self._presence.step(ids):
@@ -199,9 +204,7 @@ class EchoPolicy(BasePolicy):
         priced = self._priced(batch)
         live = int((batch.max_nodes > 0).sum())
         if maps is not None and priced:
-            one = torch.ones(1, dtype=torch.int64, device=batch.max_nodes.device)
-            best = float(maps.expected_accept(one, torch.zeros(1, device=one.device))[0])
-            best = min(1.0, best * self._factor_max)
+            best = min(1.0, self._best_first(maps, batch.max_nodes.device) * self._factor_max)
             # siblings exclude each other: a root's children bring at most one token together
             per_root = best - batch.min_utility - (batch.node_price or 0.0)
             if per_root <= 0 or live * per_root < self._depth_price():
@@ -218,6 +221,15 @@ class EchoPolicy(BasePolicy):
             self.step_modes[mode] += 1
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
+    def _best_first(self, maps: AcceptanceMaps, device: torch.device) -> float:
+        """``m_1(0)``, the best a depth-1 node can be worth (once per set of maps)."""
+        cached = self._first_best
+        if cached is None or cached[0] is not maps:
+            one = torch.ones(1, dtype=torch.int64, device=device)
+            value = float(maps.expected_accept(one, torch.zeros(1, device=device))[0])
+            self._first_best = cached = (maps, value)
+        return cached[1]
+
     @staticmethod
     def _row_cost(batch: StepBatch, verified: int) -> float:
         """Tokens ``verified`` draft rows cost: ``R_run (t(B + N) - t(B))`` under the step's
@@ -225,9 +237,8 @@ class EchoPolicy(BasePolicy):
         price = batch.row_price
         if price is None:
             return batch.min_utility * verified
-        rows = torch.tensor([batch.batch_size, batch.batch_size + verified], dtype=torch.float64)
-        plain, total = (float(x) for x in price.seconds(rows))
-        return price.rate * (total - plain)
+        total = price.seconds_at(batch.batch_size + verified)
+        return price.rate * (total - price.seconds_at(batch.batch_size))
 
     def observe(self, outcome: StepOutcome) -> None:
         """Fold a priced, drafted step's realised value into the ledger, and each request's
@@ -305,10 +316,16 @@ class EchoPolicy(BasePolicy):
 
     def _rescale(self, pool: TreeBatch, value: Tensor) -> Tensor:
         """``min(1, f_r value_i)`` per node of request r; ``value`` unchanged without history."""
+        if self._factor is None:
+            return value
+        return self._rescale_for(pool.request_index(), value)
+
+    def _rescale_for(self, req: Tensor, value: Tensor) -> Tensor:
+        """``min(1, f_r value_i)`` for nodes of requests ``req``; unchanged without history."""
         f = self._factor
         if f is None:
             return value
-        return (value * f[pool.request_index()]).clamp(max=1.0)
+        return (value * f[req]).clamp(max=1.0)
 
     def _next_plan(self, pool: TreeBatch) -> DraftPlan:
         d = self.depth
@@ -319,12 +336,16 @@ class EchoPolicy(BasePolicy):
         ix = PoolIndex.of(pool)
         base = self._base_key(pool, ix)
         key = self._rescale(pool, base)
-        kpos = key_order(key, path_score(pool))
         k0, width = self.config.topk, self.config.draft_width
+        if len(ix.by_depth) >= d and not self.reserve_base and self._aged is None:
+            plan = self._plan_below_budget(pool, ix, key, active, ix.by_depth[d - 1])
+            if plan is not None:
+                return plan
+        kpos = key_order(key, path_score(pool))
         order = self._order(pool, ix, kpos, key)
         self._memo = _Ranked(pool, ix, base, key, order)  # select reuses it on the same pool
-        at_depth = pool.depth == d
         if self.reserve_base and d < self.config.base_depth:
+            at_depth = pool.depth == d
             pick = ranks_in_order(order.group, order.grouped, at_depth & active[ix.req]) < k0
             chosen = pick.nonzero().squeeze(1)
             self._expanded += int(chosen.numel())
@@ -332,6 +353,7 @@ class EchoPolicy(BasePolicy):
         budget, caps = self.batch.budget, self.batch.max_nodes
         kept = order.eligible & (order.tier <= DEPTH)
         held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
+        self._band_held = held  # band nodes per request, before the budget
         full = int(held.sum()) >= budget
         if full or bool((held > caps).any()):  # the budget or a cap binds: allocate for real
             kept = budgeted_select(pool, order.pos, kept, caps, budget, ix)
@@ -343,42 +365,91 @@ class EchoPolicy(BasePolicy):
             weakest = torch.maximum(key[own].min(), floor) if bool(own.any()) else floor
         else:
             weakest = torch.maximum(key[kept].min(), floor) if full else floor
-        bound, guess = self._child_keys(pool, ix, key, d)
-        candidates = kept & at_depth & (active & (held < caps))[ix.req]
+        if len(ix.by_depth) < d:  # nothing was drafted at depth d
+            return DraftPlan.finished(pool.device)
+        last = ix.by_depth[d - 1]  # the nodes at depth d, the only ones that may be expanded
+        bound, guess = self._child_keys(pool, ix, key, d, last)
+        ok = (kept & (active & (held < caps))[ix.req])[last]
         if full or self.batch.min_utility > 0:
-            candidates &= bound >= weakest
+            ok &= bound >= weakest
         if self.batch.node_price:  # each expanded node pays for its drafter row (0: free)
-            candidates &= guess - weakest > self.batch.node_price
+            ok &= guess - weakest > self.batch.node_price
+        candidates = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
+        candidates[last] = ok
         nodes = (ranks_in_order(order.group, order.grouped, candidates) < k0).nonzero().squeeze(1)
         node_price = self.batch.node_price or 0.0
-        gain = float((guess[nodes] - weakest - node_price).clamp(min=0).sum())
+        guess_at = torch.zeros_like(key)
+        guess_at[last] = guess
+        gain = float((guess_at[nodes] - weakest - node_price).clamp(min=0).sum())
         if nodes.numel() == 0 or gain < self._depth_price():
             return DraftPlan.finished(pool.device)
         self._expanded += int(nodes.numel())
         return expand_all(nodes, width)
 
+    def _plan_below_budget(
+        self, pool: TreeBatch, ix: PoolIndex, key: Tensor, active: Tensor, last: Tensor
+    ) -> DraftPlan | None:
+        """The plan of ``_next_plan`` when neither the budget nor a cap binds, from the depth-d
+        nodes ``last`` alone; None when one binds (then the full ranking decides).
+
+        Older nodes' band membership (``k0`` best eligible per request and depth) cannot change
+        within a step: their keys are fixed, and a gate only truncates below the current depth.
+        So the band nodes per request are last depth's count plus this depth's band, the
+        weakest selected key is the floor ``u_min``, and every candidate is in its request's
+        band (at most ``k0`` per request and depth): the same nodes, in the same order, and the
+        same gain as the full ranking gives. Not with aging or a reserved base (tier 0).
+        """
+        d, k0, caps = self.depth, self.config.topk, self.batch.max_nodes
+        req = ix.req[last]
+        own = key[last]
+        eligible = self.truncated_at[req] >= d
+        if self.batch.min_utility > 0:
+            eligible &= own >= self.batch.min_utility
+        band = rank_in_group(req, key_order(own, path_score(pool)[last]), eligible) < k0
+        held = self._band_held + torch.bincount(req[band], minlength=pool.batch_size)
+        if int(held.sum()) >= self.batch.budget or bool((held > caps).any()):
+            return None
+        self._band_held = held
+        self._memo = None
+        weakest = torch.tensor(self.batch.min_utility, device=pool.device)  # the floor
+        bound, guess = self._child_keys(pool, ix, key, d, last)
+        ok = band & (active & (held < caps))[req]
+        if self.batch.min_utility > 0:
+            ok &= bound >= weakest
+        node_price = self.batch.node_price or 0.0
+        if self.batch.node_price:  # each expanded node pays for its drafter row (0: free)
+            ok &= guess - weakest > self.batch.node_price
+        nodes = last[ok]
+        gain = float((guess[ok] - weakest - node_price).clamp(min=0).sum())
+        if nodes.numel() == 0 or gain < self._depth_price():
+            return DraftPlan.finished(pool.device)
+        self._expanded += int(nodes.numel())
+        return expand_all(nodes, self.config.draft_width)
+
     def _child_keys(
-        self, pool: TreeBatch, ix: PoolIndex, key: Tensor, depth: int
+        self, pool: TreeBatch, ix: PoolIndex, key: Tensor, depth: int, last: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Per node: an upper bound and an estimate of its best child's key, [N] float32 each.
+        """For the depth-``depth`` nodes ``last`` (global indices, every node at that depth): an
+        upper bound and an estimate of each one's best child's key, [n] float32 each.
 
         Bound: ``min(u'_f, m_{d+1}(log P_f))`` (a child's path score is at most its parent's;
         maps are non-decreasing). Estimate: the same at ``log P_f + log q_b``, with ``q_b`` the
         request's best draft probability at the depth just drafted (drafter confidence persists).
-        Without maps ``m`` is the identity on ``P``.
+        Without maps ``m`` is the identity on ``P``. One map lookup for both.
         """
-        at_depth = pool.depth == depth
+        req = ix.req[last]
         top = torch.full((pool.batch_size,), -torch.inf, device=pool.device)
-        lp = torch.where(at_depth, pool.draft_logprob, -torch.inf)  # no mask gather: no sync
-        top.scatter_reduce_(0, ix.req, lp, reduce="amax")
-        guess_logp = pool.path_logprob + top[ix.req].clamp(max=0.0)
+        top.scatter_reduce_(0, req, pool.draft_logprob[last], reduce="amax")
+        path, own = pool.path_logprob[last], key[last]
+        guess_logp = path + top[req].clamp(max=0.0)
         maps = self.gate.acceptance_maps
         if maps is None:
-            return key, torch.minimum(key, self._rescale(pool, guess_logp.exp()))
-        child = pool.depth + 1
-        bound = self._rescale(pool, maps.expected_accept(child, pool.path_logprob))
-        guess = self._rescale(pool, maps.expected_accept(child, guess_logp.clamp(min=-1e4)))
-        return torch.minimum(key, bound), torch.minimum(key, guess)
+            return own, torch.minimum(own, self._rescale_for(req, guess_logp.exp()))
+        n = int(last.numel())
+        child = torch.full((2 * n,), depth + 1, dtype=torch.int64, device=pool.device)
+        both = maps.expected_accept(child, torch.cat([path, guess_logp.clamp(min=-1e4)]))
+        bound, guess = self._rescale_for(req, both[:n]), self._rescale_for(req, both[n:])
+        return torch.minimum(own, bound), torch.minimum(own, guess)
 
     def _order(self, pool: TreeBatch, ix: PoolIndex, kpos: Tensor, key: Tensor) -> _Order:
         """Tiers and the selection priority of the module docstring (two sorts in all)."""
@@ -417,18 +488,25 @@ class EchoPolicy(BasePolicy):
 
     def select(self, pool: TreeBatch) -> Tensor:
         memo, self._memo = self._memo, None
+        keep: Tensor | None = None
+        order: _Order | None = None
         if memo is not None and memo.pool is pool:  # the last depth ranked this very pool
             ix, base, key, order = memo.ix, memo.base, memo.key, memo.order
         else:
             ix = PoolIndex.of(pool)
             base = self._base_key(pool, ix)
             key = self._rescale(pool, base)
-            order = self._order(pool, ix, key_order(key, path_score(pool)), key)
-        caps = self.batch.max_nodes
-        keep = budgeted_select(pool, order.pos, order.eligible, caps, self.batch.budget, ix)
+            if self._aged is None:
+                keep = self._all_eligible(pool, ix, key)
+            if keep is None:
+                order = self._order(pool, ix, key_order(key, path_score(pool)), key)
+        if keep is None and order is not None:
+            caps, budget = self.batch.max_nodes, self.batch.budget
+            keep = budgeted_select(pool, order.pos, order.eligible, caps, budget, ix)
+        assert keep is not None  # one of the two branches above selected
         price = self.batch.row_price
         if price is not None and self.gate.acceptance_maps is not None:
-            if self._aged is None:
+            if self._aged is None or order is None:  # no order: nothing is aged
                 keep = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
             else:  # aging's rows pass the cut, and the cut counts them as already verified
                 forced = keep & (order.tier == BASE)
@@ -439,6 +517,21 @@ class EchoPolicy(BasePolicy):
             self._predicted = torch.zeros(pool.batch_size, dtype=torch.float64, device=pool.device)
             self._predicted.index_add_(0, ix.req, weights)
         return keep
+
+    def _all_eligible(self, pool: TreeBatch, ix: PoolIndex, key: Tensor) -> Tensor | None:
+        """``select``'s nodes when every eligible node fits, else None (then the ranking decides).
+
+        Eligibility (``d_i <= t_b`` and ``u'_i >= u_min``) is ancestor-closed, as ``u'`` never
+        rises along a path, so when neither the budget nor a cap binds the budgeted selection
+        in any priority order keeps exactly the eligible nodes: no ordering is needed.
+        """
+        eligible = pool.depth <= self.truncated_at[ix.req]
+        if self.batch.min_utility > 0:
+            eligible &= key >= self.batch.min_utility
+        held = torch.bincount(ix.req[eligible], minlength=pool.batch_size)
+        if int(held.sum()) > self.batch.budget or bool((held > self.batch.max_nodes).any()):
+            return None
+        return eligible
 
     def tiers(self, pool: TreeBatch) -> Tensor:
         """Tier of every node for the current step state (-1 = not eligible): [N] int64."""
