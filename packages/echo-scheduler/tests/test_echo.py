@@ -197,7 +197,11 @@ def test_a_node_price_prunes_expansions_that_cannot_pay_their_drafter_row() -> N
 
 
 class _AlwaysRanked(EchoPolicy):
-    """ECHO with the below-budget shortcuts off: every depth and ``select`` rank the pool."""
+    """ECHO with the shortcuts off: every depth computes its keys from scratch and ranks the
+    whole pool, and so does ``select``."""
+
+    def _grown_base(self, *args: object) -> None:
+        return None
 
     def _plan_below_budget(self, *args: object) -> None:
         return None
@@ -218,10 +222,10 @@ class _AlwaysRanked(EchoPolicy):
 def test_the_below_budget_shortcuts_decide_as_the_full_ranking_does(
     seed: int, batch: int, budget: int, floor: float, node_price: float | None, history: bool
 ) -> None:
-    """Where neither the budget nor a cap binds, ``_next_plan`` decides from the new depth alone
-    and ``select`` keeps every eligible node; both must give the full ranking's plans, pool and
-    selection, bit for bit, with and without maps, the floor, node prices and history keys
-    (three steps, each observed, so the history factors move)."""
+    """Keys grown from the previous depth, ``_next_plan`` deciding from the new depth alone
+    where neither the budget nor a cap binds, and ``select`` keeping every eligible node must
+    give the full ranking's plans, pool and selection, bit for bit, with and without maps, the
+    floor, node prices and history keys (three steps, each observed, so history factors move)."""
     steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(seed))
     ids = torch.arange(batch, dtype=torch.int64)
     for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), _calibrated_gate()):

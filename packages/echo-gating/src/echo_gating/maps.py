@@ -114,9 +114,9 @@ class AcceptanceMaps:
             )
         t = self._device_tables(depth.device)
         row = depth.clamp(1, self.max_depth)  # tables carry an unused row 0
-        query = _ordered(path_logprob.to(torch.float32)) + t.row_base[row]
+        query = _ordered(path_logprob.to(torch.float32)) + t.row_base.index_select(0, row)
         at = torch.searchsorted(t.flat_edges, query, right=True)
-        return t.flat_values[at + t.shift[row]]
+        return t.flat_values.index_select(0, at + t.shift.index_select(0, row))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -75,7 +75,7 @@ def monotone_key(pool: TreeBatch, key: Tensor, index: PoolIndex | None = None) -
     ix = index or PoolIndex.of(pool)
     out = key.clone()
     for idx in ix.by_depth[1:]:
-        out[idx] = torch.minimum(out[idx], out[ix.gp[idx]])
+        out[idx] = torch.minimum(out.index_select(0, idx), out.index_select(0, ix.gp[idx]))
     return out
 
 
@@ -116,8 +116,8 @@ def ranks_in_order(group: Tensor, perm: Tensor, mask: Tensor | None = None) -> T
     out = torch.full((n,), UNRANKED, dtype=torch.int64, device=group.device)
     if n == 0:
         return out
-    m = (torch.ones(n, dtype=torch.bool, device=group.device) if mask is None else mask)[perm]
-    g = group[perm]
+    every = torch.ones(n, dtype=torch.bool, device=group.device) if mask is None else mask
+    m, g = every.index_select(0, perm), group.index_select(0, perm)
     first = torch.ones(n, dtype=torch.bool, device=group.device)
     first[1:] = g[1:] != g[:-1]
     count = torch.cumsum(m.to(torch.int64), 0)
@@ -178,7 +178,7 @@ def budgeted_select(
     ix = index or PoolIndex.of(pool)
     eff = torch.where(eligible, pos, n)
     for idx in ix.by_depth[1:]:
-        eff[idx] = torch.maximum(eff[idx], eff[ix.gp[idx]])
+        eff[idx] = torch.maximum(eff.index_select(0, idx), eff.index_select(0, ix.gp[idx]))
     live = eff < n
     # already ancestor-consistent: pos is the greedy's order; else the record keys sort it
     consistent = bool(torch.equal(eff[live], pos[live]))

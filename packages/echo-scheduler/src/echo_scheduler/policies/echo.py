@@ -164,6 +164,7 @@ class EchoPolicy(BasePolicy):
         self._memo: _Ranked | None = None  # the last depth's ranking, for select on that pool
         self._first_best: tuple[AcceptanceMaps, float] | None = None  # maps -> m_1(0)
         self._band_held = torch.zeros(0, dtype=torch.int64)  # [B] band nodes per request
+        self._carry: tuple[TreeBatch, Tensor] | None = None  # last depth's pool and its u'
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -181,6 +182,7 @@ class EchoPolicy(BasePolicy):
         self._aged = None
         self._memo = None
         self._band_held = torch.zeros_like(batch.max_nodes)  # band nodes per request so far
+        self._carry = None
         if self.aging and batch.requests is not None:
             ids = batch.requests.tolist()  # host tensor: no device sync
             for r in self._presence.step(ids):
@@ -325,7 +327,7 @@ class EchoPolicy(BasePolicy):
         f = self._factor
         if f is None:
             return value
-        return (value * f[req]).clamp(max=1.0)
+        return (value * f.index_select(0, req)).clamp(max=1.0)
 
     def _next_plan(self, pool: TreeBatch) -> DraftPlan:
         d = self.depth
@@ -333,14 +335,16 @@ class EchoPolicy(BasePolicy):
         active = self.truncated_at > d
         if self._shallow or d >= self.config.max_depth or not bool(active.any()):
             return DraftPlan.finished(pool.device)
-        ix = PoolIndex.of(pool)
-        base = self._base_key(pool, ix)
-        key = self._rescale(pool, base)
-        k0, width = self.config.topk, self.config.draft_width
-        if len(ix.by_depth) >= d and not self.reserve_base and self._aged is None:
-            plan = self._plan_below_budget(pool, ix, key, active, ix.by_depth[d - 1])
+        grown = self._grown_base(pool, d)
+        if grown is not None and not self.reserve_base and self._aged is None:
+            plan = self._plan_below_budget(pool, grown, active)
             if plan is not None:
                 return plan
+        ix = PoolIndex.of(pool)
+        base = grown if grown is not None else self._base_key(pool, ix)
+        self._carry = (pool, base)
+        key = self._rescale(pool, base)
+        k0, width = self.config.topk, self.config.draft_width
         kpos = key_order(key, path_score(pool))
         order = self._order(pool, ix, kpos, key)
         self._memo = _Ranked(pool, ix, base, key, order)  # select reuses it on the same pool
@@ -368,7 +372,7 @@ class EchoPolicy(BasePolicy):
         if len(ix.by_depth) < d:  # nothing was drafted at depth d
             return DraftPlan.finished(pool.device)
         last = ix.by_depth[d - 1]  # the nodes at depth d, the only ones that may be expanded
-        bound, guess = self._child_keys(pool, ix, key, d, last)
+        bound, guess = self._child_keys(pool, key.index_select(0, last), last, ix.req[last])
         ok = (kept & (active & (held < caps))[ix.req])[last]
         if full or self.batch.min_utility > 0:
             ok &= bound >= weakest
@@ -386,11 +390,37 @@ class EchoPolicy(BasePolicy):
         self._expanded += int(nodes.numel())
         return expand_all(nodes, width)
 
-    def _plan_below_budget(
-        self, pool: TreeBatch, ix: PoolIndex, key: Tensor, active: Tensor, last: Tensor
-    ) -> DraftPlan | None:
+    def _grown_base(self, pool: TreeBatch, d: int) -> Tensor | None:
+        """``u'`` without the history factor (``_base_key``) from this step's previous depth,
+        looking up only the depth-d nodes; None when there is no previous depth to grow.
+
+        The pool keeps every older node, in order, and adds depth-d nodes only (``grow_pool``),
+        and ``u'`` of a node depends on its own path alone: so the older nodes keep last depth's
+        values and a new node gets ``min(m_d(log P), u'_parent)``, its parent found at the same
+        request-local index in the previous pool. Depth 1 needs no parent.
+        """
+        maps = self.gate.acceptance_maps
+        if maps is None:
+            return path_score(pool)  # already non-increasing along paths
+        if d == 1:
+            return maps.expected_accept(pool.depth, pool.path_logprob)  # nothing to clamp
+        carry = self._carry
+        if carry is None:
+            return None
+        before, prior = carry
+        new = (pool.depth == d).nonzero().squeeze(1)
+        req = torch.searchsorted(pool.cu_nodes, new, right=True) - 1
+        parent = pool.parent.index_select(0, new) + before.cu_nodes.index_select(0, req)
+        depth, path = pool.depth.index_select(0, new), pool.path_logprob.index_select(0, new)
+        own = maps.expected_accept(depth, path)
+        base = torch.empty_like(pool.path_logprob)
+        base[pool.depth < d] = prior
+        base[new] = torch.minimum(own, prior.index_select(0, parent))
+        return base
+
+    def _plan_below_budget(self, pool: TreeBatch, base: Tensor, active: Tensor) -> DraftPlan | None:
         """The plan of ``_next_plan`` when neither the budget nor a cap binds, from the depth-d
-        nodes ``last`` alone; None when one binds (then the full ranking decides).
+        nodes alone; None when one binds (then the full ranking decides).
 
         Older nodes' band membership (``k0`` best eligible per request and depth) cannot change
         within a step: their keys are fixed, and a gate only truncates below the current depth.
@@ -400,20 +430,23 @@ class EchoPolicy(BasePolicy):
         same gain as the full ranking gives. Not with aging or a reserved base (tier 0).
         """
         d, k0, caps = self.depth, self.config.topk, self.batch.max_nodes
-        req = ix.req[last]
-        own = key[last]
-        eligible = self.truncated_at[req] >= d
+        last = (pool.depth == d).nonzero().squeeze(1)  # ascending: the full path's order
+        req = torch.searchsorted(pool.cu_nodes, last, right=True) - 1
+        own = self._rescale_for(req, base.index_select(0, last))
+        eligible = self.truncated_at.index_select(0, req) >= d
         if self.batch.min_utility > 0:
             eligible &= own >= self.batch.min_utility
-        band = rank_in_group(req, key_order(own, path_score(pool)[last]), eligible) < k0
+        score = path_score(pool).index_select(0, last)
+        band = rank_in_group(req, key_order(own, score), eligible) < k0
         held = self._band_held + torch.bincount(req[band], minlength=pool.batch_size)
         if int(held.sum()) >= self.batch.budget or bool((held > caps).any()):
             return None
         self._band_held = held
         self._memo = None
+        self._carry = (pool, base)
         weakest = torch.tensor(self.batch.min_utility, device=pool.device)  # the floor
-        bound, guess = self._child_keys(pool, ix, key, d, last)
-        ok = band & (active & (held < caps))[req]
+        bound, guess = self._child_keys(pool, own, last, req)
+        ok = band & (active & (held < caps)).index_select(0, req)
         if self.batch.min_utility > 0:
             ok &= bound >= weakest
         node_price = self.batch.node_price or 0.0
@@ -427,26 +460,26 @@ class EchoPolicy(BasePolicy):
         return expand_all(nodes, self.config.draft_width)
 
     def _child_keys(
-        self, pool: TreeBatch, ix: PoolIndex, key: Tensor, depth: int, last: Tensor
+        self, pool: TreeBatch, own: Tensor, last: Tensor, req: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """For the depth-``depth`` nodes ``last`` (global indices, every node at that depth): an
-        upper bound and an estimate of each one's best child's key, [n] float32 each.
+        """For the depth-d nodes ``last`` (global indices, every node at that depth; ``own``
+        their keys, ``req`` their requests): an upper bound and an estimate of each one's best
+        child's key, [n] float32 each.
 
         Bound: ``min(u'_f, m_{d+1}(log P_f))`` (a child's path score is at most its parent's;
         maps are non-decreasing). Estimate: the same at ``log P_f + log q_b``, with ``q_b`` the
         request's best draft probability at the depth just drafted (drafter confidence persists).
         Without maps ``m`` is the identity on ``P``. One map lookup for both.
         """
-        req = ix.req[last]
         top = torch.full((pool.batch_size,), -torch.inf, device=pool.device)
-        top.scatter_reduce_(0, req, pool.draft_logprob[last], reduce="amax")
-        path, own = pool.path_logprob[last], key[last]
-        guess_logp = path + top[req].clamp(max=0.0)
+        top.scatter_reduce_(0, req, pool.draft_logprob.index_select(0, last), reduce="amax")
+        path = pool.path_logprob.index_select(0, last)
+        guess_logp = path + top.index_select(0, req).clamp(max=0.0)
         maps = self.gate.acceptance_maps
         if maps is None:
             return own, torch.minimum(own, self._rescale_for(req, guess_logp.exp()))
         n = int(last.numel())
-        child = torch.full((2 * n,), depth + 1, dtype=torch.int64, device=pool.device)
+        child = torch.full((2 * n,), self.depth + 1, dtype=torch.int64, device=pool.device)
         both = maps.expected_accept(child, torch.cat([path, guess_logp.clamp(min=-1e4)]))
         bound, guess = self._rescale_for(req, both[:n]), self._rescale_for(req, both[n:])
         return torch.minimum(own, bound), torch.minimum(own, guess)
@@ -490,17 +523,19 @@ class EchoPolicy(BasePolicy):
         memo, self._memo = self._memo, None
         keep: Tensor | None = None
         order: _Order | None = None
+        ix: PoolIndex | None = None
         if memo is not None and memo.pool is pool:  # the last depth ranked this very pool
             ix, base, key, order = memo.ix, memo.base, memo.key, memo.order
         else:
-            ix = PoolIndex.of(pool)
-            base = self._base_key(pool, ix)
+            carry = self._carry
+            base = carry[1] if carry is not None and carry[0] is pool else self._base_key(pool)
             key = self._rescale(pool, base)
             if self._aged is None:
-                keep = self._all_eligible(pool, ix, key)
+                keep = self._all_eligible(pool, key)
             if keep is None:
+                ix = PoolIndex.of(pool)
                 order = self._order(pool, ix, key_order(key, path_score(pool)), key)
-        if keep is None and order is not None:
+        if keep is None and order is not None and ix is not None:
             caps, budget = self.batch.max_nodes, self.batch.budget
             keep = budgeted_select(pool, order.pos, order.eligible, caps, budget, ix)
         assert keep is not None  # one of the two branches above selected
@@ -515,20 +550,21 @@ class EchoPolicy(BasePolicy):
         if self._factor is not None:  # what the unscaled keys predicted for the verified nodes
             weights = torch.where(keep, base, 0.0).to(torch.float64)
             self._predicted = torch.zeros(pool.batch_size, dtype=torch.float64, device=pool.device)
-            self._predicted.index_add_(0, ix.req, weights)
+            self._predicted.index_add_(0, pool.request_index(), weights)
         return keep
 
-    def _all_eligible(self, pool: TreeBatch, ix: PoolIndex, key: Tensor) -> Tensor | None:
+    def _all_eligible(self, pool: TreeBatch, key: Tensor) -> Tensor | None:
         """``select``'s nodes when every eligible node fits, else None (then the ranking decides).
 
         Eligibility (``d_i <= t_b`` and ``u'_i >= u_min``) is ancestor-closed, as ``u'`` never
         rises along a path, so when neither the budget nor a cap binds the budgeted selection
         in any priority order keeps exactly the eligible nodes: no ordering is needed.
         """
-        eligible = pool.depth <= self.truncated_at[ix.req]
+        req = pool.request_index()
+        eligible = pool.depth <= self.truncated_at.index_select(0, req)
         if self.batch.min_utility > 0:
             eligible &= key >= self.batch.min_utility
-        held = torch.bincount(ix.req[eligible], minlength=pool.batch_size)
+        held = torch.bincount(req[eligible], minlength=pool.batch_size)
         if int(held.sum()) > self.batch.budget or bool((held > self.batch.max_nodes).any()):
             return None
         return eligible
