@@ -203,10 +203,10 @@ class _AlwaysRanked(EchoPolicy):
     def _grown_base(self, *args: object) -> None:
         return None
 
-    def _plan_below_budget(self, *args: object) -> None:
+    def _plan_from_band(self, *args: object) -> None:
         return None
 
-    def _all_eligible(self, *args: object) -> None:
+    def _select_in_tiers(self, *args: object) -> None:
         return None
 
 

@@ -10,6 +10,7 @@ from echo_core.random_trees import random_tree_batch
 from echo_core.tree import TreeBatch, make_tree, select_nodes
 from echo_scheduler.ranking import (
     budgeted_select,
+    first_in_order,
     key_order,
     monotone_key,
     path_score,
@@ -138,3 +139,29 @@ def test_deferred_node_waits_for_its_parent() -> None:
         pool, torch.tensor([1, 0]), torch.ones(2, dtype=torch.bool), torch.tensor([5]), 1
     )
     assert keep.tolist() == [True, False]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    m=st.integers(0, 40),
+    groups=st.integers(1, 5),
+    budget=st.integers(0, 30),
+)
+def test_first_in_order_takes_what_the_sequential_rule_takes(
+    seed: int, m: int, groups: int, budget: int
+) -> None:
+    """Walk ``pos`` order, take an element while its group is under its cap and the total under
+    the budget: the reference for ``first_in_order``."""
+    g = torch.Generator().manual_seed(seed)
+    pos = torch.randperm(m, generator=g)
+    group = torch.randint(0, groups, (m,), generator=g)
+    cap = torch.randint(0, 6, (groups,), generator=g)
+    want = torch.zeros(m, dtype=torch.bool)
+    held = [0] * groups
+    for i in torch.argsort(pos).tolist():
+        b = int(group[i])
+        if held[b] < int(cap[b]) and sum(held) < budget:
+            held[b] += 1
+            want[i] = True
+    assert torch.equal(first_in_order(pos, group, cap, budget), want)

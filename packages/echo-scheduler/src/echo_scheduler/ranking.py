@@ -196,6 +196,20 @@ def budgeted_select(
     return taken[order]
 
 
+def first_in_order(pos: Tensor, group: Tensor, cap: Tensor, budget: int) -> Tensor:
+    """The elements :func:`budgeted_select` takes when ``pos`` is already ancestors-first: each
+    group's first ``cap[g]`` in ``pos`` order, then the first ``budget`` of those in ``pos``
+    order. ``pos``: [M] int64, distinct (lower first); ``group``: [M] int64 indices into
+    ``cap``. Returns [M] bool.
+    """
+    within = rank_in_group(group, pos) < cap.index_select(0, group)
+    order = torch.argsort(pos)
+    ahead = torch.cumsum(within.index_select(0, order).to(torch.int64), 0)
+    taken = torch.empty_like(within)
+    taken[order] = within.index_select(0, order) & (ahead <= budget)
+    return taken
+
+
 def greedy_order(pos: Tensor, live: Tensor, index: PoolIndex) -> Tensor:
     """Position of every node in the order "repeatedly take the best-positioned node whose parent
     is taken" (``live`` nodes first, each ancestor-closed; the rest last): [N] int64 permutation.

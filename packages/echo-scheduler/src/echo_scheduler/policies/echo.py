@@ -97,11 +97,13 @@ from echo_scheduler.policies.frontier import expand_all
 from echo_scheduler.ranking import (
     PoolIndex,
     budgeted_select,
+    first_in_order,
     group_order,
     inverse,
     key_order,
     monotone_key,
     path_score,
+    positions,
     rank_in_group,
     ranks_in_order,
     top_per_request,
@@ -164,7 +166,7 @@ class EchoPolicy(BasePolicy):
         self._memo: _Ranked | None = None  # the last depth's ranking, for select on that pool
         self._first_best: tuple[AcceptanceMaps, float] | None = None  # maps -> m_1(0)
         self._band_held = torch.zeros(0, dtype=torch.int64)  # [B] band nodes per request
-        self._carry: tuple[TreeBatch, Tensor] | None = None  # last depth's pool and its u'
+        self._carry: tuple[TreeBatch, Tensor, Tensor] | None = None  # last pool, u', band
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -337,17 +339,17 @@ class EchoPolicy(BasePolicy):
             return DraftPlan.finished(pool.device)
         grown = self._grown_base(pool, d)
         if grown is not None and not self.reserve_base and self._aged is None:
-            plan = self._plan_below_budget(pool, grown, active)
+            plan = self._plan_from_band(pool, grown, active)
             if plan is not None:
                 return plan
         ix = PoolIndex.of(pool)
         base = grown if grown is not None else self._base_key(pool, ix)
-        self._carry = (pool, base)
         key = self._rescale(pool, base)
         k0, width = self.config.topk, self.config.draft_width
         kpos = key_order(key, path_score(pool))
         order = self._order(pool, ix, kpos, key)
         self._memo = _Ranked(pool, ix, base, key, order)  # select reuses it on the same pool
+        self._carry = (pool, base, order.tier == DEPTH)
         if self.reserve_base and d < self.config.base_depth:
             at_depth = pool.depth == d
             pick = ranks_in_order(order.group, order.grouped, at_depth & active[ix.req]) < k0
@@ -407,7 +409,7 @@ class EchoPolicy(BasePolicy):
         carry = self._carry
         if carry is None:
             return None
-        before, prior = carry
+        before, prior, _ = carry
         new = (pool.depth == d).nonzero().squeeze(1)
         req = torch.searchsorted(pool.cu_nodes, new, right=True) - 1
         parent = pool.parent.index_select(0, new) + before.cu_nodes.index_select(0, req)
@@ -418,36 +420,59 @@ class EchoPolicy(BasePolicy):
         base[new] = torch.minimum(own, prior.index_select(0, parent))
         return base
 
-    def _plan_below_budget(self, pool: TreeBatch, base: Tensor, active: Tensor) -> DraftPlan | None:
-        """The plan of ``_next_plan`` when neither the budget nor a cap binds, from the depth-d
-        nodes alone; None when one binds (then the full ranking decides).
+    def _plan_from_band(self, pool: TreeBatch, base: Tensor, active: Tensor) -> DraftPlan | None:
+        """The plan of ``_next_plan`` from the depth-d nodes and the band carried from the
+        previous depth (None only with a zero budget: then the full ranking decides).
 
         Older nodes' band membership (``k0`` best eligible per request and depth) cannot change
         within a step: their keys are fixed, and a gate only truncates below the current depth.
-        So the band nodes per request are last depth's count plus this depth's band, the
-        weakest selected key is the floor ``u_min``, and every candidate is in its request's
-        band (at most ``k0`` per request and depth): the same nodes, in the same order, and the
-        same gain as the full ranking gives. Not with aging or a reserved base (tier 0).
+        Every node's parent was expanded, so it is in the band: the band is ancestor-closed and
+        ordered ancestors-first by key. So the full ranking's depth tier (tiers 0-1 under the
+        budget and the caps) is the band itself when it fits the budget and every cap (the
+        weakest selected key is then the floor ``u_min``), else its ``K`` best nodes by key, at
+        most ``cap_b`` of request b (:func:`~echo_scheduler.ranking.first_in_order`); and every
+        candidate is in its request's band (at most ``k0`` per request and depth). The same
+        nodes, in the same order, and the same gain as the full ranking. Not with aging or a
+        reserved base (tier 0).
         """
-        d, k0, caps = self.depth, self.config.topk, self.batch.max_nodes
+        d, k0, caps, budget = self.depth, self.config.topk, self.batch.max_nodes, self.batch.budget
         last = (pool.depth == d).nonzero().squeeze(1)  # ascending: the full path's order
         req = torch.searchsorted(pool.cu_nodes, last, right=True) - 1
         own = self._rescale_for(req, base.index_select(0, last))
         eligible = self.truncated_at.index_select(0, req) >= d
         if self.batch.min_utility > 0:
             eligible &= own >= self.batch.min_utility
-        score = path_score(pool).index_select(0, last)
-        band = rank_in_group(req, key_order(own, score), eligible) < k0
-        held = self._band_held + torch.bincount(req[band], minlength=pool.batch_size)
-        if int(held.sum()) >= self.batch.budget or bool((held > caps).any()):
+        score = path_score(pool)
+        band_now = rank_in_group(req, key_order(own, score.index_select(0, last)), eligible) < k0
+        held = self._band_held + torch.bincount(req[band_now], minlength=pool.batch_size)
+        if budget == 0:
             return None
+        band = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
+        if self._carry is not None and d > 1:
+            band[pool.depth < d] = self._carry[2]
+        band[last] = band_now
         self._band_held = held
         self._memo = None
-        self._carry = (pool, base)
+        self._carry = (pool, base, band)
         weakest = torch.tensor(self.batch.min_utility, device=pool.device)  # the floor
+        kept_now = band_now
+        full = int(held.sum()) >= budget
+        if full or bool((held > caps).any()):  # the budget or a cap binds: the best band nodes
+            key = self._rescale(pool, base)
+            idx = band.nonzero().squeeze(1)
+            owner = pool.request_index().index_select(0, idx)
+            kpos = key_order(key.index_select(0, idx), score.index_select(0, idx))
+            kept = idx[first_in_order(kpos, owner, caps, budget)]
+            held = torch.bincount(pool.request_index().index_select(0, kept), minlength=len(held))
+            full = int(held.sum()) >= budget
+            if full:
+                weakest = torch.maximum(key.index_select(0, kept).min(), weakest)
+            mask = torch.zeros_like(band)
+            mask[kept] = True
+            kept_now = mask.index_select(0, last)
         bound, guess = self._child_keys(pool, own, last, req)
-        ok = band & (active & (held < caps)).index_select(0, req)
-        if self.batch.min_utility > 0:
+        ok = kept_now & (active & (held < caps)).index_select(0, req)
+        if full or self.batch.min_utility > 0:
             ok &= bound >= weakest
         node_price = self.batch.node_price or 0.0
         if self.batch.node_price:  # each expanded node pays for its drafter row (0: free)
@@ -528,10 +553,11 @@ class EchoPolicy(BasePolicy):
             ix, base, key, order = memo.ix, memo.base, memo.key, memo.order
         else:
             carry = self._carry
-            base = carry[1] if carry is not None and carry[0] is pool else self._base_key(pool)
+            carried = carry if carry is not None and carry[0] is pool else None
+            base = carried[1] if carried is not None else self._base_key(pool)
             key = self._rescale(pool, base)
-            if self._aged is None:
-                keep = self._all_eligible(pool, key)
+            if self._aged is None and not self.reserve_base:
+                keep = self._select_in_tiers(pool, key, carried[2] if carried else None)
             if keep is None:
                 ix = PoolIndex.of(pool)
                 order = self._order(pool, ix, key_order(key, path_score(pool)), key)
@@ -553,21 +579,36 @@ class EchoPolicy(BasePolicy):
             self._predicted.index_add_(0, pool.request_index(), weights)
         return keep
 
-    def _all_eligible(self, pool: TreeBatch, key: Tensor) -> Tensor | None:
-        """``select``'s nodes when every eligible node fits, else None (then the ranking decides).
+    def _select_in_tiers(self, pool: TreeBatch, key: Tensor, band: Tensor | None) -> Tensor | None:
+        """``select``'s nodes without the full ranking, or None without the step's band.
 
         Eligibility (``d_i <= t_b`` and ``u'_i >= u_min``) is ancestor-closed, as ``u'`` never
-        rises along a path, so when neither the budget nor a cap binds the budgeted selection
-        in any priority order keeps exactly the eligible nodes: no ordering is needed.
+        rises along a path. When every eligible node fits the budget, the budgeted selection in
+        any order keeps all of them. Else, with the step's band (``band``, carried from the last
+        depth; None: unknown, then None), the (tier, key) order is ancestors-first: a band
+        node's ancestors are band nodes with keys at least its own, and every other eligible
+        node's parent was expanded, so is in the band. The selection is then the first ``K``
+        eligible nodes in that order, at most ``cap_b`` of request b (its first in that order).
         """
         req = pool.request_index()
         eligible = pool.depth <= self.truncated_at.index_select(0, req)
         if self.batch.min_utility > 0:
             eligible &= key >= self.batch.min_utility
         held = torch.bincount(req[eligible], minlength=pool.batch_size)
-        if int(held.sum()) > self.batch.budget or bool((held > self.batch.max_nodes).any()):
+        caps = self.batch.max_nodes
+        if int(held.sum()) <= self.batch.budget and not bool((held > caps).any()):
+            return eligible
+        if band is None:
             return None
-        return eligible
+        idx = eligible.nonzero().squeeze(1)
+        owner = req.index_select(0, idx)
+        kpos = key_order(key.index_select(0, idx), path_score(pool).index_select(0, idx))
+        other = torch.where(self.truncated.index_select(0, owner), WIDTH, REINVEST)
+        tier = torch.where(band.index_select(0, idx), DEPTH, other)
+        pos = positions(tier * idx.numel() + kpos)
+        keep = torch.zeros_like(eligible)
+        keep[idx[first_in_order(pos, owner, caps, self.batch.budget)]] = True
+        return keep
 
     def tiers(self, pool: TreeBatch) -> Tensor:
         """Tier of every node for the current step state (-1 = not eligible): [N] int64."""
