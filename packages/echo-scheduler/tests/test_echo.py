@@ -219,13 +219,14 @@ class _AlwaysRanked(EchoPolicy):
     node_price=st.sampled_from([None, 0.05]),
     history=st.booleans(),
 )
-def test_the_below_budget_shortcuts_decide_as_the_full_ranking_does(
+def test_the_band_shortcuts_decide_as_the_full_ranking_does(
     seed: int, batch: int, budget: int, floor: float, node_price: float | None, history: bool
 ) -> None:
-    """Keys grown from the previous depth, ``_next_plan`` deciding from the new depth alone
-    where neither the budget nor a cap binds, and ``select`` keeping every eligible node must
-    give the full ranking's plans, pool and selection, bit for bit, with and without maps, the
-    floor, node prices and history keys (three steps, each observed, so history factors move)."""
+    """Keys grown from the previous depth, ``_next_plan`` deciding from the new depth and the
+    carried band, and ``select`` taking the eligible nodes in tier order, whether or not the
+    budget (1-120) or a cap binds, must give the full ranking's plans, pool and selection, bit
+    for bit, with and without maps, the floor, node prices and history keys (three steps, each
+    observed, so history factors move)."""
     steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(seed))
     ids = torch.arange(batch, dtype=torch.int64)
     for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), _calibrated_gate()):

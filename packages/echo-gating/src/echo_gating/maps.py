@@ -11,7 +11,8 @@ step function: bin edges ``e_1 < ... < e_{K-1}`` and values ``v_1 <= ... <= v_K`
 
 Because of step 2 every map is non-decreasing in s, so ranking candidates by ``m_d`` never
 prefers a child over its parent at the same depth. Depths beyond the calibrated range use the
-deepest map (and depth < 1 the first); lookup is one batched ``searchsorted`` + ``gather``.
+deepest map (and depth < 1 the first); lookup is one ``searchsorted`` over every depth's edges
+(:meth:`AcceptanceMaps.expected_accept`).
 
 Worked example: scores ``[-3, -2, -1, -0.5]`` with accepted ``[0, 1, 0, 1]`` and 4 bins give the
 rates ``0, 1, 0, 1``; PAV merges the violating pair ``(1, 0)`` into 0.5, so the map is

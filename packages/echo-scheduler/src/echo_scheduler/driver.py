@@ -26,11 +26,10 @@ queued), or one that counts host syncs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from functools import partial
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -39,7 +38,6 @@ from echo_core.tree import TreeBatch, empty_tree, select_nodes
 from echo_scheduler.errors import PolicyError, TraceError
 from echo_scheduler.interface import DraftPlan, Policy, StepBatch
 
-_T = TypeVar("_T")
 Around = Callable[[], AbstractContextManager[object]]
 """A context factory every policy call runs inside (:func:`drive_step`'s ``around``)."""
 
@@ -83,13 +81,15 @@ class _PolicyClock:
         self.wall += time.perf_counter() - self._t0
         self.cpu += time.process_time() - self._c0
 
-    def call(self, around: Around | None, fn: Callable[[], _T]) -> _T:
-        """``fn()`` inside ``around()`` (if any), on the clock."""
+    @contextmanager
+    def timed(self, around: Around | None) -> Iterator[None]:
+        """The body on the clock, inside ``around()`` (if any)."""
         self.start()
-        with around() if around is not None else nullcontext():
-            out = fn()
-        self.stop()
-        return out
+        try:
+            with around() if around is not None else nullcontext():
+                yield
+        finally:
+            self.stop()
 
 
 def drive_step(
@@ -110,7 +110,8 @@ def drive_step(
     if max_depth < 0:
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
     clock = _PolicyClock()
-    plan = clock.call(around, partial(policy.begin_step, batch))
+    with clock.timed(around):
+        plan = policy.begin_step(batch)
     pool = empty_tree(batch.batch_size, batch.max_nodes.device)
     depths = expansions = 0
     while not plan.done:
@@ -125,8 +126,10 @@ def drive_step(
         roots = plan.root_topk
         expansions += int((roots > 0).sum()) if roots is not None else int(plan.expand.numel())
         pool, depths = grown, depths + 1
-        plan = clock.call(around, partial(policy.after_depth, grown))
-    keep = clock.call(around, partial(policy.select, pool))
+        with clock.timed(around):
+            plan = policy.after_depth(pool)
+    with clock.timed(around):
+        keep = policy.select(pool)
     tree = check_selection(pool, keep, batch.budget, batch.max_nodes)
     return DrivenStep(pool, keep, tree, depths, expansions, clock.wall, clock.cpu)
 

@@ -17,10 +17,12 @@ With a key that never increases from parent to child (a path score, or any key p
 :func:`monotone_key`) and ties broken by index, plain key order already lists ancestors first, so
 per-request top-n and global top-K by key are ancestor-closed on their own.
 
-Cost: sorts dominate on the CPU (about 0.3-0.6 ms for 8k nodes on the dev machine), so the hot
-path sorts at most twice per drafted depth: :func:`key_order` once, :func:`group_order` once; ranks
-under any mask then come from :func:`ranks_in_order` in O(N), and :func:`budgeted_select` skips
-its own sorts when the priority is already ancestor-consistent and no cap binds.
+Cost: sorts dominate on the CPU (about 0.3-0.6 ms for 8k nodes on the dev machine). ECHO's hot
+path sorts only a depth's new nodes (:func:`key_order` and :func:`group_order` once each), plus,
+when the budget or a cap binds, its band once more (:func:`first_in_order`); ranks under any mask
+come from :func:`ranks_in_order` in O(N), and :func:`budgeted_select` (the full ranking, for
+aging and a reserved base) skips its own sorts when the priority is already ancestor-consistent
+and no cap binds.
 """
 
 from __future__ import annotations
@@ -199,11 +201,11 @@ def budgeted_select(
 def first_in_order(pos: Tensor, group: Tensor, cap: Tensor, budget: int) -> Tensor:
     """The elements :func:`budgeted_select` takes when ``pos`` is already ancestors-first: each
     group's first ``cap[g]`` in ``pos`` order, then the first ``budget`` of those in ``pos``
-    order. ``pos``: [M] int64, distinct (lower first); ``group``: [M] int64 indices into
-    ``cap``. Returns [M] bool.
+    order. ``pos``: [M] int64, a permutation of ``0..M-1`` (lower first); ``group``: [M] int64
+    indices into ``cap``. Returns [M] bool.
     """
     within = rank_in_group(group, pos) < cap.index_select(0, group)
-    order = torch.argsort(pos)
+    order = inverse(pos)  # the element at each position
     ahead = torch.cumsum(within.index_select(0, order).to(torch.int64), 0)
     taken = torch.empty_like(within)
     taken[order] = within.index_select(0, order) & (ahead <= budget)

@@ -166,14 +166,17 @@ class EchoPolicy(BasePolicy):
         self._memo: _Ranked | None = None  # the last depth's ranking, for select on that pool
         self._first_best: tuple[AcceptanceMaps, float] | None = None  # maps -> m_1(0)
         self._band_held = torch.zeros(0, dtype=torch.int64)  # [B] band nodes per request
-        self._carry: tuple[TreeBatch, Tensor, Tensor] | None = None  # last pool, u', band
+        self._carry: tuple[TreeBatch, Tensor, Tensor | None] | None = None  # pool, u', band
 
     def active_gate(self) -> GatePolicy:
         return self.gate
 
     def set_gate(self, gate: GatePolicy) -> bool:
-        """Swap in recalibrated gates; they take effect at the next ``begin_step``."""
+        """Swap in recalibrated gates (the engine does it between steps). Within a step, keys
+        already carried from an earlier depth were computed with the old maps: they are dropped,
+        so the rest of the step ranks from scratch."""
         self.gate = gate
+        self._carry = self._memo = None
         return True
 
     def _start(self, batch: StepBatch) -> None:
@@ -349,7 +352,7 @@ class EchoPolicy(BasePolicy):
         kpos = key_order(key, path_score(pool))
         order = self._order(pool, ix, kpos, key)
         self._memo = _Ranked(pool, ix, base, key, order)  # select reuses it on the same pool
-        self._carry = (pool, base, order.tier == DEPTH)
+        self._carry = (pool, base, None)  # the band is not tracked on this path
         if self.reserve_base and d < self.config.base_depth:
             at_depth = pool.depth == d
             pick = ranks_in_order(order.group, order.grouped, at_depth & active[ix.req]) < k0
@@ -359,7 +362,6 @@ class EchoPolicy(BasePolicy):
         budget, caps = self.batch.budget, self.batch.max_nodes
         kept = order.eligible & (order.tier <= DEPTH)
         held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
-        self._band_held = held  # band nodes per request, before the budget
         full = int(held.sum()) >= budget
         if full or bool((held > caps).any()):  # the budget or a cap binds: allocate for real
             kept = budgeted_select(pool, order.pos, kept, caps, budget, ix)
@@ -409,7 +411,7 @@ class EchoPolicy(BasePolicy):
         carry = self._carry
         if carry is None:
             return None
-        before, prior, _ = carry
+        before, prior, _ = carry  # the band is not needed here
         new = (pool.depth == d).nonzero().squeeze(1)
         req = torch.searchsorted(pool.cu_nodes, new, right=True) - 1
         parent = pool.parent.index_select(0, new) + before.cu_nodes.index_select(0, req)
@@ -422,7 +424,7 @@ class EchoPolicy(BasePolicy):
 
     def _plan_from_band(self, pool: TreeBatch, base: Tensor, active: Tensor) -> DraftPlan | None:
         """The plan of ``_next_plan`` from the depth-d nodes and the band carried from the
-        previous depth (None only with a zero budget: then the full ranking decides).
+        previous depth; None when that band is unknown (then the full ranking decides).
 
         Older nodes' band membership (``k0`` best eligible per request and depth) cannot change
         within a step: their keys are fixed, and a gate only truncates below the current depth.
@@ -442,14 +444,15 @@ class EchoPolicy(BasePolicy):
         eligible = self.truncated_at.index_select(0, req) >= d
         if self.batch.min_utility > 0:
             eligible &= own >= self.batch.min_utility
-        score = path_score(pool)
-        band_now = rank_in_group(req, key_order(own, score.index_select(0, last)), eligible) < k0
-        held = self._band_held + torch.bincount(req[band_now], minlength=pool.batch_size)
-        if budget == 0:
+        carried = self._carry[2] if self._carry is not None else None
+        if d > 1 and carried is None:  # the band of earlier depths is unknown
             return None
+        score = pool.path_logprob.index_select(0, last).to(torch.float32).exp()  # path_score
+        band_now = rank_in_group(req, key_order(own, score), eligible) < k0
+        held = self._band_held + torch.bincount(req[band_now], minlength=pool.batch_size)
         band = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
-        if self._carry is not None and d > 1:
-            band[pool.depth < d] = self._carry[2]
+        if carried is not None and d > 1:
+            band[pool.depth < d] = carried
         band[last] = band_now
         self._band_held = held
         self._memo = None
@@ -458,12 +461,14 @@ class EchoPolicy(BasePolicy):
         kept_now = band_now
         full = int(held.sum()) >= budget
         if full or bool((held > caps).any()):  # the budget or a cap binds: the best band nodes
-            key = self._rescale(pool, base)
+            every = pool.request_index()
+            key = self._rescale_for(every, base)
             idx = band.nonzero().squeeze(1)
-            owner = pool.request_index().index_select(0, idx)
-            kpos = key_order(key.index_select(0, idx), score.index_select(0, idx))
-            kept = idx[first_in_order(kpos, owner, caps, budget)]
-            held = torch.bincount(pool.request_index().index_select(0, kept), minlength=len(held))
+            owner = every.index_select(0, idx)
+            kpos = key_order(key.index_select(0, idx), path_score(pool).index_select(0, idx))
+            top = first_in_order(kpos, owner, caps, budget)
+            kept = idx[top]
+            held = torch.bincount(owner[top], minlength=len(held))
             full = int(held.sum()) >= budget
             if full:
                 weakest = torch.maximum(key.index_select(0, kept).min(), weakest)
