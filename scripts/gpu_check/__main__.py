@@ -245,14 +245,10 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
         print(f"policy on the host ({result['host_cpu']}, one torch thread):", flush=True)
         for cell in result["host_cells"]:
             print(cell["line"], flush=True)
+        from echo_scheduler.replay.hosttime import format_comparison
+
         for c in result["echo_vs_best"]:
-            print(
-                f"  {c['trace']:<10} B={c['batch']:>3}: echo / best other, GPU only "
-                f"{c['gpu_only']:.3f} ({c['gpu_best']}), host-serial {c['host_serial']:.3f} "
-                f"({c['serial_best']}); host ms echo {c['echo_host_ms']}, best "
-                f"{c['best_host_ms']}",
-                flush=True,
-            )
+            print(format_comparison(c), flush=True)
         for n, t in result["transfer"].items():
             print(f"  pool of {n} nodes: d2h {t['d2h_ms']} ms, h2d {t['h2d_ms']} ms", flush=True)
     if part == "tiles" and "shapes" in result:

@@ -32,9 +32,14 @@ import torch
 
 from echo_core.testing import HostSyncCounter
 from echo_core.tree import TreeBatch
-from echo_scheduler.replay.arms import default_arms
 from echo_scheduler.replay.costs import load_profiled
-from echo_scheduler.replay.hosttime import DEFAULT_ARMS, HEADER, HostRow, host_rows
+from echo_scheduler.replay.hosttime import (
+    DEFAULT_ARMS,
+    FIXED_ARMS,
+    HEADER,
+    echo_vs_best,
+    host_rows,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_COST = REPO / "traces" / "cost-gpu-h200-llama8b.json"
@@ -42,7 +47,7 @@ TRACES = tuple(sorted((REPO / "traces").glob("trace-*.json.gz")))
 GPU_BATCHES = (16, 64, 256)
 CPU_BATCHES = (16,)
 COUNT_STEPS = 3
-HOST_ARMS = tuple(a.name for a in default_arms() if not a.name.startswith("echo_"))
+HOST_ARMS = FIXED_ARMS
 """The host pass drives ECHO and every fixed arm of the replay (each budget of its grid), so the
 best fixed arm with its own host time is the replay's best, not one of three."""
 TRANSFER_NODES = (256, 1024, 4096, 8192)
@@ -153,31 +158,6 @@ def run_schedule_time(
         "ok": len(cells) == len(traces) * len(batches) * len(DEFAULT_ARMS)
         and len(host_cells) == len(traces) * len(batches) * len(HOST_ARMS),
     }
-
-
-def echo_vs_best(rows: list[HostRow]) -> list[dict[str, Any]]:
-    """Per (trace, B): ECHO's rate over the best other arm's, GPU time only and host-serial
-    (each arm with its own host time; the best arm is picked separately for each)."""
-    out = []
-    for trace, batch in dict.fromkeys((r.trace, r.batch) for r in rows):
-        cell = [r for r in rows if (r.trace, r.batch) == (trace, batch)]
-        echo = next(r for r in cell if r.arm == "echo")
-        others = [r for r in cell if r.arm != "echo"]
-        gpu = max(others, key=lambda r: r.tokens_per_s_gpu)
-        serial = max(others, key=lambda r: r.tokens_per_s_serial)
-        out.append(
-            {
-                "trace": trace,
-                "batch": batch,
-                "gpu_only": round(echo.tokens_per_s_gpu / gpu.tokens_per_s_gpu, 4),
-                "gpu_best": gpu.arm,
-                "host_serial": round(echo.tokens_per_s_serial / serial.tokens_per_s_serial, 4),
-                "serial_best": serial.arm,
-                "echo_host_ms": round(echo.host_ms, 3),
-                "best_host_ms": round(serial.host_ms, 3),
-            }
-        )
-    return out
 
 
 def _cpu_name() -> str:

@@ -29,6 +29,7 @@ import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,6 +43,10 @@ from echo_scheduler.rows import load_rows
 
 DEFAULT_ARMS = ("echo", "chain/n=1", "eagle2/n=4", "static/2")
 """ECHO and the fixed arms that win some cell of the measured H200 replay."""
+
+FIXED_ARMS = tuple(a.name for a in default_arms() if not a.name.startswith("echo_"))
+"""ECHO, plain decoding and every fixed arm of the replay's grid (each budget): the arms
+:func:`echo_vs_best` compares ECHO with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +138,46 @@ def host_rows(
                     tokens_per_s_gpu=all_tokens / all_gpu,
                     tokens_per_s_serial=sum(tokens) / (sum(gpu) + sum(host)),
                 )
+
+
+def echo_vs_best(rows: Sequence[HostRow]) -> list[dict[str, Any]]:
+    """Per (trace, B): ECHO's rate over the best other arm's, GPU time only and host-serial
+    (each arm with its own host time; the best arm is picked separately for each), and the host
+    ms per step at which ECHO would break even with that arm, ``g (R_gpu / R_best - 1)`` (``g``
+    ECHO's median GPU step, ``R_gpu`` its GPU-only rate, ``R_best`` the best host-serial rate:
+    approximate, since it prices the median step)."""
+    out = []
+    for trace, batch in dict.fromkeys((r.trace, r.batch) for r in rows):
+        cell = [r for r in rows if (r.trace, r.batch) == (trace, batch)]
+        echo = next((r for r in cell if r.arm == "echo"), None)
+        others = [r for r in cell if r.arm != "echo"]
+        if echo is None or not others:
+            continue
+        gpu = max(others, key=lambda r: r.tokens_per_s_gpu)
+        serial = max(others, key=lambda r: r.tokens_per_s_serial)
+        out.append(
+            {
+                "trace": trace,
+                "batch": batch,
+                "gpu_only": round(echo.tokens_per_s_gpu / gpu.tokens_per_s_gpu, 4),
+                "gpu_best": gpu.arm,
+                "host_serial": round(echo.tokens_per_s_serial / serial.tokens_per_s_serial, 4),
+                "serial_best": serial.arm,
+                "echo_host_ms": round(echo.host_ms, 3),
+                "best_host_ms": round(serial.host_ms, 3),
+                "break_even_ms": round(
+                    echo.gpu_ms * (echo.tokens_per_s_gpu / serial.tokens_per_s_serial - 1), 3
+                ),
+            }
+        )
+    return out
+
+
+def format_comparison(cell: dict[str, Any]) -> str:
+    """One :func:`echo_vs_best` cell as a line."""
+    return (
+        f"  {cell['trace']:<10} B={cell['batch']:>3}: echo / best other, GPU only "
+        f"{cell['gpu_only']:.3f} ({cell['gpu_best']}), host-serial {cell['host_serial']:.3f} "
+        f"({cell['serial_best']}); host ms echo {cell['echo_host_ms']}, best "
+        f"{cell['best_host_ms']}, break-even {cell['break_even_ms']}"
+    )
