@@ -74,6 +74,17 @@ a single verified draft row for many steps while its batch mates verify theirs (
 request that went ``A`` consecutive such steps has its best depth-1 node selected first (tier
 0), past the floor and the exact cut, until it verifies a row again. The budget K and the
 per-request caps still bind.
+
+Cost. Within a step nothing about an older node changes: its key, and whether it is in its
+request's band (the ``k0`` best eligible nodes per depth). So each depth looks up keys for its
+new nodes only (``_grown_base``), extends the band carried from the last depth
+(``_plan_from_band``), and decides from the new nodes and the band; ``select`` takes the
+eligible nodes in (tier, key) order under the caps and the budget (``_select_in_tiers``). Every
+parent was expanded, so it is in the band: band and eligibility are ancestor-closed and that
+order lists ancestors first, which is why no tree-aware selection is needed. The full ranking
+(``_order`` + :func:`~echo_scheduler.ranking.budgeted_select`) remains for aging and a reserved
+base; a hypothesis test pins the shortcuts to it bit for bit. What it still costs, and that on a
+GPU it costs too much: docs/BENCHMARKS.md, session 21.
 """
 
 from __future__ import annotations
