@@ -59,14 +59,14 @@ def _case(
     batch: int, max_ctx: int, device: torch.device, dtype: torch.dtype, max_nodes: int, reps: int
 ) -> dict[str, Any]:
     from echo_kernels import ATTENTION_TOLERANCES, tree_attention, verify_metadata
-    from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes, tree_to
+    from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes
     from echo_server.model.attention import make_batch, tree_row_mask
     from echo_server.model.torch_attention import TorchAttention
 
     g = torch.Generator().manual_seed(batch * 1000 + max_ctx)
     lens = torch.randint(max(max_ctx // 16, 1), max_ctx + 1, (batch,), generator=g).tolist()
     sizes = torch.randint(1, max_nodes + 1, (batch,), generator=g).tolist()
-    tree = tree_to(random_tree_of_sizes(g, sizes), device)
+    tree = random_tree_of_sizes(g, sizes).to(device)
     rows_per_request = [1 + n for n in sizes]
     r = sum(rows_per_request)
     gd = torch.Generator(device).manual_seed(0)

@@ -179,10 +179,10 @@ def _paged_attn(
     random recursive tree under each root), every request at ``context`` cached tokens, and
     per-row rotary tables ``[rows, 1, D]``."""
     from echo_kernels import verify_metadata
-    from echo_kernels.testing import random_tree_of_sizes, tree_to
+    from echo_kernels.testing import random_tree_of_sizes
 
     batch = len(sizes)
-    tree = tree_to(random_tree_of_sizes(torch.Generator().manual_seed(batch), sizes), dev)
+    tree = random_tree_of_sizes(torch.Generator().manual_seed(batch), sizes).to(dev)
     slots = torch.arange(batch * layer.span, device=dev).view(batch, layer.span)[:, : s.context]
     cache_len = torch.full((batch,), s.context, dtype=torch.int64, device=dev)
     meta = verify_metadata(tree, cache_len, slots.contiguous())

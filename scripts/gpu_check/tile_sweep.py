@@ -47,7 +47,7 @@ def run_tile_sweep(
     device: torch.device, shapes: Any, tiles: Any, dtype: torch.dtype, reps: int
 ) -> dict[str, Any]:
     from echo_kernels import ATTENTION_TOLERANCES, tree_attention, verify_metadata
-    from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes, tree_to
+    from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes
     from echo_kernels.tree_attention import (
         AttentionConfig,
         attention_config,
@@ -59,7 +59,7 @@ def run_tile_sweep(
     out = []
     for name, batch, ctx, rows in shapes:
         g = torch.Generator().manual_seed(batch * 7 + ctx)
-        tree = tree_to(random_tree_of_sizes(g, [r - 1 for r in rows]), device)
+        tree = random_tree_of_sizes(g, [r - 1 for r in rows]).to(device)
         gd = torch.Generator(device).manual_seed(0)
         total = sum(rows)
         pool = random_pool(gd, [ctx] * batch, total, KV_HEADS, HEAD_DIM, dtype)

@@ -23,7 +23,7 @@ from echo_kernels import (
     tree_attention,
     verify_metadata,
 )
-from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes, tree_to
+from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes
 
 pytestmark = [
     pytest.mark.gpu,
@@ -38,7 +38,7 @@ SMOL = ((9, 3), 64)
 def ragged_tree(batch: int, seed: int, max_nodes: int = 64) -> TreeBatch:
     g = torch.Generator().manual_seed(seed)
     sizes = torch.randint(1, max_nodes + 1, (batch,), generator=g).tolist()
-    return tree_to(random_tree_of_sizes(g, sizes), CUDA)
+    return random_tree_of_sizes(g, sizes).to(CUDA)
 
 
 def compare_attention(

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from echo_kernels import ATTENTION_TOLERANCES, tree_attention, verify_metadata
 from echo_kernels.attention_metadata import TreeAttentionMetadata
-from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes, tree_to
+from echo_kernels.testing import random_pool, random_rows, random_tree_of_sizes
 from echo_kernels.tree_attention_reference import visible_keys
 
 H200_BYTES_PER_S = 4.8e12  # HBM3e
@@ -145,7 +145,7 @@ def work(meta: TreeAttentionMetadata, hq: int, hkv: int, d: int, elem: int) -> t
 
 def run(shape: Shape, device: torch.device, dtype: torch.dtype, repeats: int) -> None:
     (hq, hkv), d = shape.heads, shape.head_dim
-    tree = tree_to(random_tree_of_sizes(torch.Generator().manual_seed(0), shape.tree_sizes), device)
+    tree = random_tree_of_sizes(torch.Generator().manual_seed(0), shape.tree_sizes).to(device)
     g = torch.Generator(device).manual_seed(1)
     r = tree.batch_size + tree.num_nodes
     pool = random_pool(g, shape.cache_len, r, hkv, d, dtype)

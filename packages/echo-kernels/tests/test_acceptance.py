@@ -13,7 +13,6 @@ from echo_core.random_trees import random_tree_batch
 from echo_core.tree import TreeBatch, empty_tree, make_tree
 from echo_core.verify_rows import node_rows, parent_rows, root_rows
 from echo_kernels.acceptance import greedy_accept, stochastic_accept
-from echo_kernels.testing import tree_to
 
 
 def assert_same(got: AcceptResult, want: AcceptResult) -> None:
@@ -23,7 +22,7 @@ def assert_same(got: AcceptResult, want: AcceptResult) -> None:
 
 
 def greedy_both(tree: TreeBatch, argmax: Tensor, device: torch.device) -> AcceptResult:
-    got = greedy_accept(tree_to(tree, device), argmax.to(device), backend="triton")
+    got = greedy_accept(tree.to(device), argmax.to(device), backend="triton")
     want = greedy_accept(tree, argmax, backend="torch")
     assert_same(got, want)
     return want
@@ -97,7 +96,7 @@ def stochastic_both(
     dev_u = AcceptUniforms(u.node.to(device), u.bonus.to(device))
     dev_draft = None if draft is None else draft.to(device)
     got = stochastic_accept(
-        tree_to(tree, device), target.to(device), sampled.to(device), dev_draft, dev_u,
+        tree.to(device), target.to(device), sampled.to(device), dev_draft, dev_u,
         backend="triton",
     )  # fmt: skip
     want = stochastic_accept(tree, target, sampled, draft, u, backend="torch")
@@ -165,7 +164,7 @@ def test_stochastic_empty_trees(kernel_device: torch.device, batch: int) -> None
 
 
 def test_stochastic_launcher_rejects_bad_tokens_and_uniforms(kernel_device: torch.device) -> None:
-    tree = tree_to(make_tree([[(7, -1, -0.1)]]), kernel_device)
+    tree = make_tree([[(7, -1, -0.1)]]).to(kernel_device)
     target = torch.full((2, 5), 0.2, device=kernel_device)
     sampled = torch.zeros(1, dtype=torch.bool, device=kernel_device)
     with pytest.raises(AcceptanceError, match="token ids must be < vocab"):

@@ -11,7 +11,6 @@ from echo_core.tree import TreeBatch, empty_tree, make_tree
 from echo_kernels.acceptance import greedy_accept
 from echo_kernels.backend import Backend
 from echo_kernels.kv_commit import CommitResult, commit_kv, kept_rows
-from echo_kernels.testing import tree_to
 
 UNSET = -7
 
@@ -64,7 +63,7 @@ def run(
 ) -> tuple[torch.Tensor, CommitResult]:  # fmt: skip
     t = table.clone().to(device)
     out = commit_kv(
-        t, cache_len.to(device), row_slots.to(device), tree_to(tree, device),
+        t, cache_len.to(device), row_slots.to(device), tree.to(device),
         result.accepted_nodes.to(device), result.num_accepted.to(device),
         req_rows=None if req_rows is None else req_rows.to(device), backend=backend,
     )  # fmt: skip

@@ -17,7 +17,7 @@ from echo_kernels.attention_metadata import (
     prefill_metadata,
     verify_metadata,
 )
-from echo_kernels.testing import KVPool, QueryRows, random_pool, random_rows, tree_to
+from echo_kernels.testing import KVPool, QueryRows, random_pool, random_rows
 from echo_kernels.tolerances import ATTENTION_TOLERANCES
 from echo_kernels.tree_attention import tree_attention, tree_attention_triton
 
@@ -39,7 +39,7 @@ def verify_case(
     dtype: torch.dtype, device: torch.device, seed: int = 0,
 ) -> tuple[QueryRows, KVPool, TreeAttentionMetadata]:  # fmt: skip
     g = torch.Generator(device).manual_seed(seed)
-    tree = tree_to(tree, device)
+    tree = tree.to(device)
     r = tree.batch_size + tree.num_nodes
     pool = random_pool(g, cache_len, r, heads[1], head_dim, dtype)
     rows = random_rows(g, r, heads[0], heads[1], head_dim, dtype)
@@ -111,7 +111,7 @@ def test_mixed_batch_of_tree_and_causal_requests(kernel_device: torch.device) ->
     pool = random_pool(g, [6, 2], 4 + 45, 2, 16)
     rows = random_rows(g, 4 + 45, 4, 2, 16)
     dev = kernel_device
-    part = verify_metadata(tree_to(tree, dev), pool.cache_len[:1], pool.req_to_slot[:1])
+    part = verify_metadata(tree.to(dev), pool.cache_len[:1], pool.req_to_slot[:1])
     words = part.tree_bits.shape[1]
     meta = TreeAttentionMetadata(
         cu_rows=torch.tensor([0, 4, 49], device=dev),

@@ -97,11 +97,6 @@ def random_rows(
     return QueryRows(draw(num_q_heads), draw(num_kv_heads), draw(num_kv_heads))
 
 
-def tree_to(tree: TreeBatch, device: torch.device | str) -> TreeBatch:
-    """``tree`` with every tensor moved to ``device`` (:meth:`TreeBatch.to`)."""
-    return tree.to(device)
-
-
 def random_tree_of_sizes(
     generator: torch.Generator, sizes: list[int], vocab: int = 100
 ) -> TreeBatch:

@@ -26,7 +26,6 @@ from echo_core.sampling import stack_sampling_params, target_probs
 from echo_core.tree import TreeBatch
 from echo_kernels import Backend, greedy_accept, stochastic_accept
 from echo_server.engine.request import RequestState
-from echo_server.kv.commit import tree_on
 
 
 def accept(
@@ -38,7 +37,7 @@ def accept(
 ) -> AcceptResult:
     """Accepted path + bonus per request from verify logits (module docstring)."""
     dev = logits.device
-    rows = tree_on(tree, dev)
+    rows = tree.to(dev)
     if all(s.params.is_greedy for s in states):
         result = greedy_accept(rows, logits.argmax(dim=-1), backend=backend)
     else:

@@ -22,21 +22,7 @@ from echo_core.tree import TreeBatch
 from echo_kernels import Backend, commit_kv, kept_rows
 from echo_server.kv.pool import KVPool, RequestHandle
 
-__all__ = ["commit_verified", "kept_rows", "tree_on"]
-
-
-def tree_on(tree: TreeBatch, device: torch.device) -> TreeBatch:
-    """``tree`` with its tensors on ``device`` (``tree`` itself when it is there already)."""
-    if tree.device == device:
-        return tree
-    return TreeBatch(
-        cu_nodes=tree.cu_nodes.to(device),
-        token=tree.token.to(device),
-        parent=tree.parent.to(device),
-        depth=tree.depth.to(device),
-        draft_logprob=tree.draft_logprob.to(device),
-        path_logprob=tree.path_logprob.to(device),
-    )
+__all__ = ["commit_verified", "kept_rows"]
 
 
 def commit_verified(
@@ -68,7 +54,7 @@ def commit_verified(
         pool.slot_table,
         torch.tensor(starts, dtype=torch.int64, device=dev),
         write_slots.to(dev),
-        tree_on(tree, dev),
+        tree.to(dev),
         accepted_nodes.to(dev),
         num_accepted.to(dev),
         req_rows=torch.tensor(list(handles), dtype=torch.int64, device=dev),
