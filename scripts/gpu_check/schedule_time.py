@@ -40,6 +40,7 @@ from echo_scheduler.replay.hosttime import (
     echo_vs_best,
     host_rows,
 )
+from echo_server.bench.intervals import cpu_name
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_COST = REPO / "traces" / "cost-gpu-h200-llama8b.json"
@@ -147,7 +148,7 @@ def run_schedule_time(
     ]  # fmt: skip
     return {
         "device": str(device),
-        "host_cpu": _cpu_name(),
+        "host_cpu": cpu_name(),
         "steps": steps,
         "cost_file": GPU_COST.name,
         "header": HEADER + f" {'syncs':>7}",
@@ -158,13 +159,3 @@ def run_schedule_time(
         "ok": len(cells) == len(traces) * len(batches) * len(DEFAULT_ARMS)
         and len(host_cells) == len(traces) * len(batches) * len(HOST_ARMS),
     }
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"

@@ -14,7 +14,6 @@ so name the CPU next to the figures; ``python -m gpu_check --parts schedule``
 from __future__ import annotations
 
 import argparse
-import platform
 from pathlib import Path
 
 import torch
@@ -28,18 +27,9 @@ from echo_scheduler.replay.hosttime import (
     format_comparison,
     host_rows,
 )
+from echo_server.bench.intervals import cpu_name
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main() -> None:
@@ -57,7 +47,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     cost = load_profiled(args.gpu_cost, "gpu")
-    print(f"# host: {_cpu_name()}, one torch thread; GPU step: {cost.machine.get('device')} "
+    print(f"# host: {cpu_name()}, one torch thread; GPU step: {cost.machine.get('device')} "
           f"({args.gpu_cost.name}); {args.steps} steps per cell; medians and the host-serial rate "
           "drop each arm's first step")  # fmt: skip
     print(HEADER)
