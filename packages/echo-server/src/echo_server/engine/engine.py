@@ -80,8 +80,8 @@ class Engine:
         mc, dtype, device = model.config, model.dtype, model.device
         self.device = device  # every per-step tensor of the engine lives here, except:
         # the policy's pool (caps, drafted candidates, selection) lives on the host unless
-        # cfg.policy_on_host is False: on an H200 ECHO's ranking on device tensors took 4-17 ms
-        # per step (23-72 syncs), on the host CPU a few ms (docs/BENCHMARKS.md, session 21)
+        # cfg.policy_on_host is False: on an H200 ECHO's ranking on device tensors took 3-17 ms
+        # per step (22-90 syncs), on one host thread 0.6-2.8 ms (docs/BENCHMARKS.md, session 21)
         self.policy_device = torch.device("cpu") if cfg.policy_on_host else device
         self.kv = KVPool(mc, cfg.kv_slots, cfg.max_batch, cfg.max_context, dtype, device)
         self.budget = StepBudget.for_model(cfg.budget, model)
@@ -205,8 +205,8 @@ class Engine:
             step = step_batch(self.elastic, self.budget_k(len(batch)), caps, serials)
             source = DrafterSource(self.drafter)
             driven = drive_step(self.policy, source, step, max_depth=self.config.max_depth)
-            if driven.tree.device != self.device:  # the selected SuperTree, once, to the model
-                driven = dataclasses.replace(driven, tree=driven.tree.to(self.device))
+            # the selected SuperTree to the model's device (no copy when it is there already)
+            driven = dataclasses.replace(driven, tree=driven.tree.to(self.device))
             timer.mark("draft")
             handles = [s.kv for s in batch if s.kv is not None]
             roots = torch.tensor([s.root for s in batch], dtype=torch.int64, device=self.device)
