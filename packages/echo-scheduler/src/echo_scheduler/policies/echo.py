@@ -449,15 +449,13 @@ class EchoPolicy(BasePolicy):
         reserved base (tier 0).
         """
         d, k0, caps, budget = self.depth, self.config.topk, self.batch.max_nodes, self.batch.budget
-        last = (pool.depth == d).nonzero().squeeze(1)  # ascending: the full path's order
-        req = torch.searchsorted(pool.cu_nodes, last, right=True) - 1
-        own = self._rescale_for(req, base.index_select(0, last))
-        eligible = self.truncated_at.index_select(0, req) >= d
-        if self.batch.min_utility > 0:
-            eligible &= own >= self.batch.min_utility
         carried = self._carry[2] if self._carry is not None else None
         if d > 1 and carried is None:  # the band of earlier depths is unknown
             return None
+        last = (pool.depth == d).nonzero().squeeze(1)  # ascending: the full path's order
+        req = torch.searchsorted(pool.cu_nodes, last, right=True) - 1
+        own = self._rescale_for(req, base.index_select(0, last))
+        eligible = self._eligible(d, req, own)
         score = pool.path_logprob.index_select(0, last).to(torch.float32).exp()  # path_score
         band_now = rank_in_group(req, key_order(own, score), eligible) < k0
         held = self._band_held + torch.bincount(req[band_now], minlength=pool.batch_size)
@@ -525,11 +523,17 @@ class EchoPolicy(BasePolicy):
         bound, guess = self._rescale_for(req, both[:n]), self._rescale_for(req, both[n:])
         return torch.minimum(own, bound), torch.minimum(own, guess)
 
-    def _order(self, pool: TreeBatch, ix: PoolIndex, kpos: Tensor, key: Tensor) -> _Order:
-        """Tiers and the selection priority of the module docstring (two sorts in all)."""
-        eligible = pool.depth <= self.truncated_at[ix.req]
+    def _eligible(self, depth: Tensor | int, req: Tensor, key: Tensor) -> Tensor:
+        """Eligibility of nodes at ``depth`` of requests ``req`` with keys ``key``: ``d_i <= t_b``
+        and, under a cost floor, ``u'_i >= u_min``. [n] bool."""
+        eligible = self.truncated_at.index_select(0, req) >= depth
         if self.batch.min_utility > 0:
             eligible &= key >= self.batch.min_utility
+        return eligible
+
+    def _order(self, pool: TreeBatch, ix: PoolIndex, kpos: Tensor, key: Tensor) -> _Order:
+        """Tiers and the selection priority of the module docstring (two sorts in all)."""
+        eligible = self._eligible(pool.depth, ix.req, key)
         group = ix.req * (self.config.max_depth + 1) + pool.depth.clamp(max=self.config.max_depth)
         grouped = group_order(group, kpos)
         forced = self._forced(pool, ix, group, grouped)
@@ -561,13 +565,10 @@ class EchoPolicy(BasePolicy):
         return first & aged[ix.req] & (ranks_in_order(group, grouped, first) == 0)
 
     def select(self, pool: TreeBatch) -> Tensor:
-        memo, self._memo = self._memo, None
+        ranked = self._memo if self._memo is not None and self._memo.pool is pool else None
+        self._memo = None
         keep: Tensor | None = None
-        order: _Order | None = None
-        ix: PoolIndex | None = None
-        if memo is not None and memo.pool is pool:  # the last depth ranked this very pool
-            ix, base, key, order = memo.ix, memo.base, memo.key, memo.order
-        else:
+        if ranked is None:  # the last depth did not rank this pool: the band, else rank it now
             carry = self._carry
             carried = carry if carry is not None and carry[0] is pool else None
             base = carried[1] if carried is not None else self._base_key(pool)
@@ -576,14 +577,19 @@ class EchoPolicy(BasePolicy):
                 keep = self._select_in_tiers(pool, key, carried[2] if carried else None)
             if keep is None:
                 ix = PoolIndex.of(pool)
-                order = self._order(pool, ix, key_order(key, path_score(pool)), key)
-        if keep is None and order is not None and ix is not None:
+                kpos = key_order(key, path_score(pool))
+                ranked = _Ranked(pool, ix, base, key, self._order(pool, ix, kpos, key))
+        else:
+            base, key = ranked.base, ranked.key
+        order = ranked.order if ranked is not None else None  # None: nothing is aged
+        if ranked is not None:
             caps, budget = self.batch.max_nodes, self.batch.budget
-            keep = budgeted_select(pool, order.pos, order.eligible, caps, budget, ix)
-        assert keep is not None  # one of the two branches above selected
+            pos, eligible = ranked.order.pos, ranked.order.eligible
+            keep = budgeted_select(pool, pos, eligible, caps, budget, ranked.ix)
+        assert keep is not None  # the band or the ranking selected
         price = self.batch.row_price
         if price is not None and self.gate.acceptance_maps is not None:
-            if self._aged is None or order is None:  # no order: nothing is aged
+            if self._aged is None or order is None:
                 keep = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
             else:  # aging's rows pass the cut, and the cut counts them as already verified
                 forced = keep & (order.tier == BASE)
@@ -607,9 +613,7 @@ class EchoPolicy(BasePolicy):
         eligible nodes in that order, at most ``cap_b`` of request b (its first in that order).
         """
         req = pool.request_index()
-        eligible = pool.depth <= self.truncated_at.index_select(0, req)
-        if self.batch.min_utility > 0:
-            eligible &= key >= self.batch.min_utility
+        eligible = self._eligible(pool.depth, req, key)
         held = torch.bincount(req[eligible], minlength=pool.batch_size)
         caps = self.batch.max_nodes
         if int(held.sum()) <= self.batch.budget and not bool((held > caps).any()):
