@@ -67,7 +67,7 @@ class DrivenStep:
     schedule_cpu_s: float  # process CPU time inside them (robust to a shared machine)
 
 
-class _PolicyClock:
+class PolicyClock:
     """Accumulates wall and CPU time of the calls it wraps."""
 
     def __init__(self) -> None:
@@ -109,7 +109,7 @@ def drive_step(
     """
     if max_depth < 0:
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
-    clock = _PolicyClock()
+    clock = PolicyClock()
     with clock.timed(around):
         plan = policy.begin_step(batch)
     pool = empty_tree(batch.batch_size, batch.max_nodes.device)

@@ -24,9 +24,7 @@ model, B) on ``tune_steps`` batches composed from the warm-up rows
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +32,7 @@ import torch
 from torch import Tensor
 
 from echo_gating.policy import GatePolicy
-from echo_scheduler.driver import Around, DraftSource, DrivenStep, drive_step
+from echo_scheduler.driver import Around, DraftSource, DrivenStep, PolicyClock, drive_step
 from echo_scheduler.elastic import ElasticFloor, step_batch
 from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import Policy, StepOutcome
@@ -192,9 +190,9 @@ def replay_step(
     if st.requests is not None:
         names = [serials.setdefault(r, len(serials)) for r in st.requests]
         ids = torch.tensor(names, dtype=torch.int64)
-    t0, c0 = time.perf_counter(), time.process_time()
-    batch = step_batch(floor, budget, st.max_nodes, ids)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    clock = PolicyClock()  # the floor's and observe's host time (the driver times the rest)
+    with clock.timed(None):
+        batch = step_batch(floor, budget, st.max_nodes, ids)
     source: DraftSource = SimSource(st)
     if device is not None and device.type != "cpu":
         batch = dataclasses.replace(batch, max_nodes=batch.max_nodes.to(device))
@@ -205,17 +203,15 @@ def replay_step(
     verified = torch.bincount(pool.request_index()[keep], minlength=b)
     dev = batch.max_nodes.device
     outcome = StepOutcome(accepted_lengths=lengths.to(dev), verified=verified.to(dev))
-    t0, c0 = time.perf_counter(), time.process_time()
-    with around() if around is not None else nullcontext():
+    with clock.timed(around):
         policy.observe(outcome)
     if floor is not None and cost is not None:
-        acc, ver = int(lengths.sum()), int(verified.sum())
-        draft = cost.draft_s(b, run.depths, run.expansions)
-        floor.observe(
-            b, ver, b + acc, cost.verify_s(b, b + ver), draft, draft, run.depths, run.expansions
-        )
-    wall += time.perf_counter() - t0 + run.schedule_s
-    cpu += time.process_time() - c0 + run.schedule_cpu_s
+        with clock.timed(None):
+            acc, ver = int(lengths.sum()), int(verified.sum())
+            draft = cost.draft_s(b, run.depths, run.expansions)
+            verify = cost.verify_s(b, b + ver)
+            floor.observe(b, ver, b + acc, verify, draft, draft, run.depths, run.expansions)
+    wall, cpu = clock.wall + run.schedule_s, clock.cpu + run.schedule_cpu_s
     return ReplayedStep(run, lengths, verified, wall, cpu)
 
 
