@@ -124,28 +124,10 @@ def run_schedule_time(
     finally:
         torch.set_num_threads(threads)
     cells = [
-        {
-            "trace": r.trace,
-            "batch": r.batch,
-            "arm": r.arm,
-            "host_ms": round(r.host_ms, 3),
-            "cpu_ms": round(r.cpu_ms, 3),
-            "gpu_ms": round(r.gpu_ms, 3),
-            "share": round(r.share, 4),
-            "rows_per_request": round(r.rows_per_request, 3),
-            "tokens_per_s_gpu": round(r.tokens_per_s_gpu, 1),
-            "tokens_per_s_serial": round(r.tokens_per_s_serial, 1),
-            "syncs_per_step": s,
-            "line": r.line() + f" {s:>7.1f}",
-        }
+        {**r.as_dict(), "syncs_per_step": s, "line": r.line() + f" {s:>7.1f}"}
         for r, s in zip(timed, syncs, strict=True)
     ]
-    host_cells = [
-        {"trace": r.trace, "batch": r.batch, "arm": r.arm, "host_ms": round(r.host_ms, 3),
-         "share": round(r.share, 4), "tokens_per_s_serial": round(r.tokens_per_s_serial, 1),
-         "line": r.line()}
-        for r in on_host
-    ]  # fmt: skip
+    host_cells = [r.as_dict() for r in on_host]
     return {
         "device": str(device),
         "host_cpu": cpu_name(),

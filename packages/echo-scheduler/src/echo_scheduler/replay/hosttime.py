@@ -67,6 +67,22 @@ class HostRow:
     def share(self) -> float:
         return self.host_ms / self.gpu_ms if self.gpu_ms > 0 else 0.0
 
+    def as_dict(self) -> dict[str, Any]:
+        """The cell as JSON-ready, rounded values (with ``share`` and the printed ``line``)."""
+        return {
+            "trace": self.trace,
+            "batch": self.batch,
+            "arm": self.arm,
+            "host_ms": round(self.host_ms, 3),
+            "cpu_ms": round(self.cpu_ms, 3),
+            "gpu_ms": round(self.gpu_ms, 3),
+            "share": round(self.share, 4),
+            "rows_per_request": round(self.rows_per_request, 3),
+            "tokens_per_s_gpu": round(self.tokens_per_s_gpu, 1),
+            "tokens_per_s_serial": round(self.tokens_per_s_serial, 1),
+            "line": self.line(),
+        }
+
     def line(self) -> str:
         return (
             f"{self.trace:<10} {self.batch:>4} {self.arm:<11} {self.host_ms:>8.2f} "
