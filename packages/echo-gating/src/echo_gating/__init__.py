@@ -13,6 +13,12 @@ from echo_gating.calibrate import (
 from echo_gating.checkpoints import DepthSeparation, select_checkpoints
 from echo_gating.drift import DepthHealth, DriftConfig, DriftMonitor, DriftReport, gate_observations
 from echo_gating.errors import CalibrationError, GatingError
+from echo_gating.layerwise import (
+    LABEL_RULES,
+    LayerSeparation,
+    layerwise_markdown,
+    layerwise_separation,
+)
 from echo_gating.maps import AcceptanceMaps, DepthMap, fit_acceptance_maps, fit_depth_map
 from echo_gating.policy import DepthStats, GateMode, GatePolicy
 from echo_gating.records import RECORD_COLUMNS, GateSamples, RecordSet, RecordWriter, gate_samples
@@ -28,6 +34,7 @@ from echo_gating.signals import (
 from echo_gating.thresholds import utility_threshold, youden_threshold
 
 __all__ = [
+    "LABEL_RULES",
     "RECORD_COLUMNS",
     "AcceptanceMaps",
     "CalibrationConfig",
@@ -45,6 +52,7 @@ __all__ = [
     "GatePolicy",
     "GateSamples",
     "GatingError",
+    "LayerSeparation",
     "RecordSet",
     "RecordWriter",
     "auc",
@@ -58,6 +66,8 @@ __all__ = [
     "gate_observations",
     "gate_samples",
     "layer_confidence",
+    "layerwise_markdown",
+    "layerwise_separation",
     "node_layer_confidence",
     "overlap",
     "select_checkpoints",

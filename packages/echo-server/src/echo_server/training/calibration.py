@@ -8,19 +8,21 @@ training-style prompts from the *end* of the seeded pool (disjoint from the trai
 from the benchmark sets).
 
 :func:`confidence_histograms` draws the per-depth histograms of the layer confidence of
-accepted vs rejected gate samples (the paper's layer-wise confidence figure).
+accepted vs rejected gate samples (the paper's layer-wise confidence figure);
+:func:`layerwise_histograms` the same under other gate labels, e.g. its conditional version.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
 from echo_core.sampling import SamplingParams
-from echo_gating.records import RecordSet, RecordWriter, gate_samples
+from echo_gating.records import GateSamples, RecordSet, RecordWriter, gate_samples
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.policies import make_policy
 from echo_server.drafting.base import Drafter
@@ -92,21 +94,70 @@ def confidence_histograms(
     cols = 4
     rows = (max_depth + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.6 * rows), squeeze=False)
-    bins = torch.linspace(0, 1, 21).tolist()
     for d in range(1, max_depth + 1):
         ax = axes[(d - 1) // cols][(d - 1) % cols]
-        at = samples.depth == d
-        acc = samples.confidence[at & samples.accepted].tolist()
-        rej = samples.confidence[at & ~samples.accepted].tolist()
-        ax.hist(rej, bins=bins, alpha=0.6, color="tab:red", label=f"rejected ({len(rej)})")
-        ax.hist(acc, bins=bins, alpha=0.6, color="tab:blue", label=f"accepted ({len(acc)})")
-        ax.set_title(f"depth {d}", fontsize=9)
-        ax.set_xlim(0, 1)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6)
+        _panel(ax, samples, d, f"depth {d}", ("accepted", "rejected"))
     for ax in axes[-1]:
         ax.set_xlabel("layer confidence", fontsize=8)
     fig.suptitle(title or "draft confidence per depth: accepted vs rejected", fontsize=10)
+    _save(fig, path)
+
+
+LABEL_TITLES = {
+    "reached": ("depth {d}: L >= {d}", ("L >= d", "L < d")),
+    "next": ("depth {d}: L >= {e}", ("L >= d+1", "L <= d")),
+    "conditional": ("depth {d}: L >= {e} | L >= {d}", ("continues", "stops at d")),
+}
+"""Per gate label rule (echo_gating.layerwise): panel title and the two classes' names."""
+
+
+def layerwise_histograms(
+    samples: GateSamples,
+    path: Path,
+    max_depth: int = 6,
+    rules: Sequence[str] = ("reached", "conditional"),
+    title: str = "",
+) -> None:
+    """PNG of the layer confidence ``C_b(d)`` per depth (columns) and gate label rule (rows),
+    positives against negatives (:mod:`echo_gating.layerwise`): with ``("reached",
+    "conditional")`` the paper's layer-wise confidence figure above its conditional version.
+    ``samples`` from :func:`~echo_gating.records.gate_samples` (with request ids and steps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(
+        len(rules), max_depth, figsize=(2.4 * max_depth, 2.3 * len(rules)), squeeze=False
+    )
+    for i, rule in enumerate(rules):
+        labelled = samples.relabelled(rule)
+        name, classes = LABEL_TITLES[rule]
+        for d in range(1, max_depth + 1):
+            _panel(axes[i][d - 1], labelled, d, name.format(d=d, e=d + 1), classes)
+    for ax in axes[-1]:
+        ax.set_xlabel("layer confidence", fontsize=8)
+    fig.suptitle(title or "layer confidence per depth and gate label", fontsize=10)
+    _save(fig, path)
+
+
+def _panel(ax: Any, samples: GateSamples, depth: int, title: str, classes: tuple[str, str]) -> None:
+    """One depth's two histograms (positives blue, negatives red) over 20 bins of [0, 1]."""
+    bins = torch.linspace(0, 1, 21).tolist()
+    at = samples.depth == depth
+    pos = samples.confidence[at & samples.accepted].tolist()
+    neg = samples.confidence[at & ~samples.accepted].tolist()
+    ax.hist(neg, bins=bins, alpha=0.6, color="tab:red", label=f"{classes[1]} ({len(neg)})")
+    ax.hist(pos, bins=bins, alpha=0.6, color="tab:blue", label=f"{classes[0]} ({len(pos)})")
+    ax.set_title(title, fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=6)
+
+
+def _save(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
