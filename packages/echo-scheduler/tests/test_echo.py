@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -144,6 +146,31 @@ def _calibrated_gate() -> GatePolicy:
     )
 
 
+def _gated_maps() -> GatePolicy:
+    """``_calibrated_gate``'s maps behind a sparse checkpoint at depth 1 (``C_b(1) >= 0.5``)."""
+    gate = GatePolicy.sparse({1: 0.5}, max_depth=6)
+    return dataclasses.replace(gate, acceptance_maps=_calibrated_gate().acceptance_maps)
+
+
+def test_under_slack_a_truncated_request_drafts_on_and_under_contention_it_does_not() -> None:
+    """The slack rule (module docstring of policies/echo.py): with budget to spare the requests
+    that fail the depth-1 checkpoint are re-admitted and draft deeper; with a budget that the
+    depth-1 band fills, the gate truncates them as without the rule."""
+    gate = GatePolicy.sparse({1: 0.99}, max_depth=6)  # every request fails at depth 1
+    step = _step(3, 4)
+    strict = drive(EchoPolicy(CONFIG, gate), step, budget=10_000)
+    assert int(strict.pool.depth.max()) == 1
+    slack_policy = EchoPolicy(CONFIG, gate, slack=True)
+    free = drive(slack_policy, step, budget=10_000)
+    assert int(free.pool.depth.max()) > 1
+    assert not bool(slack_policy.truncated.any())
+    for budget in (1, 2):  # the depth-1 band (top-k per request) fills it: contention
+        tight = [drive(EchoPolicy(CONFIG, gate, slack=s), step, budget) for s in (False, True)]
+        assert torch.equal(tight[0].pool.token, tight[1].pool.token)
+        assert torch.equal(tight[0].keep, tight[1].keep)
+        assert int(tight[1].pool.depth.max()) == 1
+
+
 @FAST
 @given(seed=st.integers(0, 10_000), batch=st.integers(1, 6), floor=st.floats(0.0, 0.95))
 def test_the_cost_floor_keeps_exactly_the_nodes_that_pay_for_their_row(
@@ -218,20 +245,28 @@ class _AlwaysRanked(EchoPolicy):
     floor=st.sampled_from([0.0, 0.1, 0.45]),
     node_price=st.sampled_from([None, 0.05]),
     history=st.booleans(),
+    slack=st.booleans(),
 )
 def test_the_band_shortcuts_decide_as_the_full_ranking_does(
-    seed: int, batch: int, budget: int, floor: float, node_price: float | None, history: bool
+    seed: int,
+    batch: int,
+    budget: int,
+    floor: float,
+    node_price: float | None,
+    history: bool,
+    slack: bool,
 ) -> None:
     """Keys grown from the previous depth, ``_next_plan`` deciding from the new depth and the
     carried band, and ``select`` taking the eligible nodes in tier order, whether or not the
     budget (1-120) or a cap binds, must give the full ranking's plans, pool and selection, bit
-    for bit, with and without maps, the floor, node prices and history keys (three steps, each
-    observed, so history factors move)."""
+    for bit, with and without maps, the floor, node prices, history keys and the slack rule
+    (three steps, each observed, so history factors move)."""
     steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(seed))
     ids = torch.arange(batch, dtype=torch.int64)
-    for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), _calibrated_gate()):
-        fast = EchoPolicy(CONFIG, gate, history=RequestHistory() if history else None)
-        full = _AlwaysRanked(CONFIG, gate, history=RequestHistory() if history else None)
+    for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), _calibrated_gate(), _gated_maps()):
+        hist = (RequestHistory(), RequestHistory()) if history else (None, None)
+        fast = EchoPolicy(CONFIG, gate, history=hist[0], slack=slack)
+        full = _AlwaysRanked(CONFIG, gate, history=hist[1], slack=slack)
         for step in steps:
             runs = []
             for policy in (fast, full):

@@ -8,7 +8,8 @@ of echo_scheduler.ledger: it drafts whenever the optimistic pre-check lets it) a
 ``echo_history`` (ECHO rescaling each request's keys by its realised acceptance,
 echo_scheduler.history; it needs the engine's request serials in ``StepBatch.requests``) and
 ``echo_aging`` (ECHO giving a request that verified no draft row for ``AGING_STEPS`` steps in a
-row its best depth-1 node first; also needs the serials).
+row its best depth-1 node first; also needs the serials) and ``echo_slack`` (ECHO whose gate
+truncates only while the budget is full: under slack a truncated request drafts on; any gate).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ POLICY_NAMES = (
     "echo_noledger",
     "echo_history",
     "echo_aging",
+    "echo_slack",
 )
 AGING_STEPS = 4
 """``echo_aging``'s threshold: steps in a row without a verified draft row (set a priori)."""
@@ -48,6 +50,7 @@ _ECHO_MODES = {
     "echo_noledger": None,
     "echo_history": None,
     "echo_aging": None,
+    "echo_slack": None,
 }
 
 
@@ -83,6 +86,7 @@ def make_policy(
             learn_drafting=name != "echo_noledger",
             history=RequestHistory() if name == "echo_history" else None,
             aging=AGING_STEPS if name == "echo_aging" else 0,
+            slack=name == "echo_slack",
         )
     raise PolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
 

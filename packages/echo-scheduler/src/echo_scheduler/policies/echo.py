@@ -10,7 +10,10 @@ functions) go to the higher path score, then the lower index.
 Gates (echo_scheduler.gating). At a checkpoint d (``gate.is_checkpoint(d)``) a request whose
 layer confidence ``C_b(d) < tau_d`` is truncated at ``t_b = d``: it drafts no deeper this step
 and none of its nodes deeper than d is ever selected (``t_b = Dmax`` for requests never
-truncated).
+truncated). With ``slack`` a truncation binds only under contention: when after depth d's
+Priority 1 the budget is not full (the weakest selected key is the floor ``u_min``), the requests
+truncated at d are re-admitted (``t_b = Dmax``) and draft on like the others, under the floor,
+the node price and the depth's gain; under a full budget the gate truncates as above.
 
 Selection tiers over the eligible nodes (``d_i <= t_b``), taken in order (tier, key desc):
 
@@ -141,11 +144,14 @@ class EchoPolicy(BasePolicy):
         learn_drafting: bool = True,
         history: RequestHistory | None = None,
         aging: int = 0,
+        slack: bool = False,
     ) -> None:
         """``learn_drafting``: keep a :class:`DraftLedger` of priced steps (module docstring);
         False is ECHO without it (an ablation). ``history``: rescale each request's keys by its
         realised acceptance (module docstring). ``aging``: steps without a verified row after
-        which a request's best depth-1 node is selected first (0: never; module docstring)."""
+        which a request's best depth-1 node is selected first (0: never; module docstring).
+        ``slack``: a gate's truncation binds only while the budget is full (module
+        docstring)."""
         if aging < 0 or (aging and reserve_base):
             raise PolicyError(f"aging must be >= 0 steps and excludes reserve_base, got {aging}")
         super().__init__()
@@ -169,6 +175,7 @@ class EchoPolicy(BasePolicy):
         self._predicted: Tensor | None = None  # [B] sum of the selected nodes' unscaled keys
         self._factor_max = 1.0  # the largest f_r this step (the pre-check's optimism)
         self.aging = aging
+        self.slack = slack
         self._starved: dict[int, int] = {}  # serial -> consecutive steps without a verified row
         self._presence = Presence()  # when to forget a request's count
         self._aged: Tensor | None = None  # [B] bool, this step's aged requests (None: none)
@@ -349,7 +356,8 @@ class EchoPolicy(BasePolicy):
         d = self.depth
         self.truncated_at = apply_gate(self.gate, pool, d, self.truncated_at)
         active = self.truncated_at > d
-        if self._shallow or d >= self.config.max_depth or not bool(active.any()):
+        alive = active | (self.truncated_at == d) if self.slack else active  # may be re-admitted
+        if self._shallow or d >= self.config.max_depth or not bool(alive.any()):
             return DraftPlan.finished(pool.device)
         grown = self._grown_base(pool, d)
         if grown is not None and not self.reserve_base and self._aged is None:
@@ -378,6 +386,7 @@ class EchoPolicy(BasePolicy):
             kept = budgeted_select(pool, order.pos, kept, caps, budget, ix)
             held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
             full = int(held.sum()) >= budget
+        active = self._readmit(active, full)
         floor = torch.tensor(self.batch.min_utility, device=pool.device)
         if full and self._aged is not None:  # aging's forced rows do not lower the bar
             own = kept & (order.tier != BASE)
@@ -484,6 +493,7 @@ class EchoPolicy(BasePolicy):
             mask = torch.zeros_like(band)
             mask[kept] = True
             kept_now = mask.index_select(0, last)
+        active = self._readmit(active, full)
         bound, guess = self._child_keys(pool, own, last, req)
         ok = kept_now & (active & (held < caps)).index_select(0, req)
         if full or self.batch.min_utility > 0:
@@ -497,6 +507,21 @@ class EchoPolicy(BasePolicy):
             return DraftPlan.finished(pool.device)
         self._expanded += int(nodes.numel())
         return expand_all(nodes, self.config.draft_width)
+
+    def _readmit(self, active: Tensor, full: bool) -> Tensor:
+        """``active`` ([B] bool, may draft deeper) with, under ``slack`` and a budget that is
+        not ``full`` after this depth's Priority 1, the requests truncated at this depth
+        re-admitted (``t_b = Dmax``; module docstring). Their nodes up to this depth were
+        eligible either way (``d_i <= d <= t_b``), so only the tiers of a memoised ranking
+        (``WIDTH`` for a truncated request) change: it is dropped."""
+        if not self.slack or full:
+            return active
+        fresh = self.truncated_at == self.depth
+        if not bool(fresh.any()):
+            return active
+        self.truncated_at = torch.where(fresh, self.config.max_depth, self.truncated_at)
+        self._memo = None
+        return active | fresh
 
     def _child_keys(
         self, pool: TreeBatch, own: Tensor, last: Tensor, req: Tensor

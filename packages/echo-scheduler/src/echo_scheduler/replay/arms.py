@@ -19,6 +19,12 @@ realised-value check of :mod:`echo_scheduler.ledger` (what ``echo`` was before i
 ``echo_history``'s: the sparse gate, each request's keys rescaled by its realised acceptance
 (:mod:`echo_scheduler.history`; without request streams it is ``echo``), and ``echo_aging``'s:
 the sparse gate, with aging after ``AGING_STEPS`` starved steps (echo_scheduler.policies.echo).
+
+Optional arms (:func:`optional_arms`, run only when ``--arms`` names them): ``<gate>_slack`` for
+the forced and ablation gates (``echo_k2``, ``echo_next_k2``, ``echo_dense``, ``echo_fixed``),
+the same gate with the slack rule (``echo_slack``: a truncation binds only while the budget is
+full). The sparse gate calibrates no checkpoint on the committed traces, so ``echo_slack`` on it
+would be ``echo``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ UTILITY_ARM = "echo_utility"
 NOLEDGER_ARM = "echo_noledger"
 HISTORY_ARM = "echo_history"
 AGING_ARM = "echo_aging"
+SLACK_GATES = ("echo_k2", "echo_next_k2", "echo_dense", "echo_fixed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +59,7 @@ class Arm:
     per_request: int  # K = per_request * B
     floor: bool = False  # elastic cost floor from the cost model
     gate: str | None = None  # calibrated gate variant (echo_scheduler.replay.gates)
+    optional: bool = False  # replayed only when named (optional_arms)
 
     def budget(self, batch: int) -> int:
         return self.per_request * batch
@@ -123,11 +131,20 @@ def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
     return arms
 
 
+def optional_arms(base: PolicyConfig | None = None) -> list[Arm]:
+    """The arms a replay runs only when named (module docstring): ``<gate>_slack``."""
+    cfg = base or PolicyConfig.high_concurrency()
+    return [
+        Arm(f"{g}_slack", f"{g}_slack", "echo_slack", cfg, ECHO_PER_REQUEST, True, g, True)
+        for g in SLACK_GATES
+    ]
+
+
 def select_arms(arms: Sequence[Arm], wanted: Sequence[str] | None) -> list[Arm]:
-    """Arms whose name or family is in ``wanted`` (all when None); ``echo`` is always kept (every
-    comparison is against it) and so is ``plain``."""
+    """Arms whose name or family is in ``wanted`` (every arm but the optional ones when None);
+    ``echo`` is always kept (every comparison is against it) and so is ``plain``."""
     if not wanted:
-        return list(arms)
+        return [a for a in arms if not a.optional]
     known = {a.name for a in arms} | {a.family for a in arms}
     unknown = sorted(set(wanted) - known)
     if unknown:

@@ -32,7 +32,7 @@ import torch
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.errors import SchedulerError
-from echo_scheduler.replay.arms import Arm, default_arms, select_arms
+from echo_scheduler.replay.arms import Arm, default_arms, optional_arms, select_arms
 from echo_scheduler.replay.costs import SOURCES, StepCost, load_profiled, roofline_costs
 from echo_scheduler.replay.gates import GATE_NAMES
 from echo_scheduler.replay.report import markdown_tables
@@ -98,7 +98,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--cost-models", nargs="+", default=None, help="subset of the cost models")
     p.add_argument("--cpu-batches", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--gpu-batches", type=int, nargs="+", default=[16, 64, 256])
-    p.add_argument("--arms", nargs="+", default=None, help="arm names or families (default all)")
+    p.add_argument(
+        "--arms",
+        nargs="+",
+        default=None,
+        help="arm names or families (default: all but the optional <gate>_slack arms)",
+    )
     p.add_argument("--steps", type=int, default=_DEFAULT.steps, help="composed steps per cell")
     p.add_argument("--seed", type=int, default=_DEFAULT.seed)
     p.add_argument("--calibration-share", type=float, default=_DEFAULT.calibration_share)
@@ -163,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     try:
         costs, notes = _costs(args)
-        arms = select_arms(default_arms(), args.arms)
+        arms = select_arms(default_arms() + optional_arms(), args.arms)
         spec = ReplaySpec(
             args.steps, args.seed, args.calibration_share, args.resamples, args.tune_steps
         )
