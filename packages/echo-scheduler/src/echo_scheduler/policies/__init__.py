@@ -10,6 +10,9 @@ echo_scheduler.history; it needs the engine's request serials in ``StepBatch.req
 ``echo_aging`` (ECHO giving a request that verified no draft row for ``AGING_STEPS`` steps in a
 row its best depth-1 node first; also needs the serials) and ``echo_slack`` (ECHO whose gate
 truncates only while the budget is full: under slack a truncated request drafts on; any gate).
+``FLOORED_NAMES`` (``chain+floor``, ``static+floor``, ``eagle2+floor``): the fixed baselines with
+ECHO's pre-check and exact cut (echo_scheduler.policies.floored); they need a gate with
+calibrated acceptance maps.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from echo_scheduler.errors import PolicyError
 from echo_scheduler.history import RequestHistory
 from echo_scheduler.interface import BasePolicy
 from echo_scheduler.policies.echo import EchoPolicy
+from echo_scheduler.policies.floored import FlooredChain, FlooredEagle2, FlooredStatic
 from echo_scheduler.policies.global_topk import GlobalTopKPolicy
 from echo_scheduler.policies.plain import PlainPolicy
 from echo_scheduler.policies.uniform import ChainPolicy, Eagle2Policy, StaticTreePolicy
@@ -39,6 +43,7 @@ POLICY_NAMES = (
     "echo_aging",
     "echo_slack",
 )
+FLOORED_NAMES = ("chain+floor", "static+floor", "eagle2+floor")
 AGING_STEPS = 4
 """``echo_aging``'s threshold: steps in a row without a verified draft row (set a priori)."""
 
@@ -73,6 +78,13 @@ def make_policy(
         return Eagle2Policy(cfg)
     if name == "global_topk":
         return GlobalTopKPolicy(cfg)
+    if name in FLOORED_NAMES:
+        floored = {
+            "chain+floor": FlooredChain,
+            "static+floor": FlooredStatic,
+            "eagle2+floor": FlooredEagle2,
+        }[name]
+        return floored(cfg, gate)
     if name in _ECHO_MODES:
         mode = _ECHO_MODES[name]
         if mode is not None and (gate is None or gate.mode is not mode):
@@ -88,10 +100,12 @@ def make_policy(
             aging=AGING_STEPS if name == "echo_aging" else 0,
             slack=name == "echo_slack",
         )
-    raise PolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+    known = ", ".join((*POLICY_NAMES, *FLOORED_NAMES))
+    raise PolicyError(f"unknown policy {name!r}; known: {known}")
 
 
 __all__ = [
+    "FLOORED_NAMES",
     "POLICY_NAMES",
     "ChainPolicy",
     "Eagle2Policy",

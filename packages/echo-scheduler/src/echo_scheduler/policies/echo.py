@@ -230,9 +230,7 @@ class EchoPolicy(BasePolicy):
         live = int((batch.max_nodes > 0).sum())
         if maps is not None and priced:
             best = min(1.0, self._best_first(maps, batch.max_nodes.device) * self._factor_max)
-            # siblings exclude each other: a root's children bring at most one token together
-            per_root = best - batch.min_utility - (batch.node_price or 0.0)
-            if per_root <= 0 or live * per_root < self._depth_price():
+            if not first_depth_pays(best, batch, live, self._depth_price()):
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
                 self.step_modes["floor"] += 1
         self._live = live
@@ -247,12 +245,10 @@ class EchoPolicy(BasePolicy):
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
     def _best_first(self, maps: AcceptanceMaps, device: torch.device) -> float:
-        """``m_1(0)``, the best a depth-1 node can be worth (once per set of maps)."""
+        """``m_1(0)`` (:func:`best_first_value`), once per set of maps."""
         cached = self._first_best
         if cached is None or cached[0] is not maps:
-            one = torch.ones(1, dtype=torch.int64, device=device)
-            value = float(maps.expected_accept(one, torch.zeros(1, device=device))[0])
-            self._first_best = cached = (maps, value)
+            self._first_best = cached = (maps, best_first_value(maps, device))
         return cached[1]
 
     @staticmethod
@@ -661,6 +657,21 @@ class EchoPolicy(BasePolicy):
         key = self.key(pool, ix)
         order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         return torch.where(order.eligible, order.tier, -1)
+
+
+def best_first_value(maps: AcceptanceMaps, device: torch.device) -> float:
+    """``m_1(0)``: the most a depth-1 node can be worth (a path score of 1)."""
+    one = torch.ones(1, dtype=torch.int64, device=device)
+    return float(maps.expected_accept(one, torch.zeros(1, device=device))[0])
+
+
+def first_depth_pays(best: float, batch: StepBatch, live: int, depth_price: float) -> bool:
+    """The floor's pre-check: can drafting depth 1 pay at all? ``best`` (at most ``m_1(0)``) less
+    the row floor ``u_min`` and the node price is what one root's children can bring (siblings
+    exclude each other: at most one token between them); it must be positive, and the ``live``
+    roots together must cover the drafter call's ``depth_price`` (tokens)."""
+    per_root = best - batch.min_utility - (batch.node_price or 0.0)
+    return per_root > 0 and live * per_root >= depth_price
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,15 @@ realised-value check of :mod:`echo_scheduler.ledger` (what ``echo`` was before i
 (:mod:`echo_scheduler.history`; without request streams it is ``echo``), and ``echo_aging``'s:
 the sparse gate, with aging after ``AGING_STEPS`` starved steps (echo_scheduler.policies.echo).
 
-Optional arms (:func:`optional_arms`, run only when ``--arms`` names them): ``<gate>_slack`` for
-the forced and ablation gates (``echo_k2``, ``echo_next_k2``, ``echo_dense``, ``echo_fixed``),
-the same gate with the slack rule (``echo_slack``: a truncation binds only while the budget is
-full). The sparse gate calibrates no checkpoint on the committed traces, so ``echo_slack`` on it
-would be ``echo``.
+Optional arms (:func:`optional_arms`, run only when ``--arms`` names them or their family):
+
+- ``<gate>_slack`` for the forced and ablation gates (``echo_k2``, ``echo_next_k2``,
+  ``echo_dense``, ``echo_fixed``): the same gate with the slack rule (``echo_slack``: a
+  truncation binds only while the budget is full). The sparse gate calibrates no checkpoint on
+  the committed traces, so ``echo_slack`` on it would be ``echo``;
+- ``<fixed arm>+floor`` (families ``chain+floor``, ``static+floor``, ``eagle2+floor``): every
+  fixed grid point offered ECHO's floor, i.e. its pre-check and exact cut over the same
+  acceptance maps (echo_scheduler.policies.floored), with the floor fed by the cost model.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ NOLEDGER_ARM = "echo_noledger"
 HISTORY_ARM = "echo_history"
 AGING_ARM = "echo_aging"
 SLACK_GATES = ("echo_k2", "echo_next_k2", "echo_dense", "echo_fixed")
+FLOORED_FAMILIES = ("chain", "static", "eagle2")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,12 +137,28 @@ def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
 
 
 def optional_arms(base: PolicyConfig | None = None) -> list[Arm]:
-    """The arms a replay runs only when named (module docstring): ``<gate>_slack``."""
+    """The arms a replay runs only when named (module docstring): ``<gate>_slack`` and
+    ``<fixed arm>+floor``."""
     cfg = base or PolicyConfig.high_concurrency()
-    return [
+    slack = [
         Arm(f"{g}_slack", f"{g}_slack", "echo_slack", cfg, ECHO_PER_REQUEST, True, g, True)
         for g in SLACK_GATES
     ]
+    floored = [
+        Arm(
+            f"{a.name}+floor",
+            f"{a.family}+floor",
+            f"{a.policy}+floor",
+            a.config,
+            a.per_request,
+            floor=True,
+            gate="echo_nogate",  # the acceptance maps, no thresholds
+            optional=True,
+        )
+        for a in default_arms(cfg)
+        if a.family in FLOORED_FAMILIES
+    ]
+    return slack + floored
 
 
 def select_arms(arms: Sequence[Arm], wanted: Sequence[str] | None) -> list[Arm]:
