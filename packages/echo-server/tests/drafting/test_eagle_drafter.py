@@ -183,12 +183,17 @@ def test_bfloat16_drafting_stays_close_to_float32() -> None:
 
 
 def test_draft_dtype_follows_the_machine_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bfloat16 where the CPU computes it natively (AMX or AVX512-BF16) and it packs, else
+    packed float32, else bfloat16; ``ECHO_DRAFT_DTYPE`` overrides."""
     monkeypatch.delenv("ECHO_DRAFT_DTYPE", raising=False)
-    bf16 = torch.zeros(1, 1, dtype=torch.bfloat16)
-    amx = torch.cpu._is_amx_tile_supported() and packing_available(bf16, allow_bf16=True)
     f32 = packing_available(torch.zeros(1, 1))
-    want = torch.bfloat16 if amx or not f32 else torch.float32
-    assert default_draft_dtype() == want
+    bf16 = packing_available(torch.zeros(1, 1, dtype=torch.bfloat16), allow_bf16=True)
+    fallback = torch.float32 if f32 else torch.bfloat16
+    for amx, avx512_bf16 in ((False, False), (True, False), (False, True)):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        native = amx or avx512_bf16
+        assert default_draft_dtype() == (torch.bfloat16 if native and bf16 else fallback)
     for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
         monkeypatch.setenv("ECHO_DRAFT_DTYPE", name)
         assert default_draft_dtype() == dtype
