@@ -10,7 +10,9 @@ echo_scheduler.history; it needs the engine's request serials in ``StepBatch.req
 ``echo_aging`` (ECHO giving a request that verified no draft row for ``AGING_STEPS`` steps in a
 row its best depth-1 node first; also needs the serials) and ``echo_slack`` (ECHO whose gate
 truncates only while the budget is full: under slack a truncated request drafts on; any gate).
-``FLOORED_NAMES`` (``chain+floor``, ``static+floor``, ``eagle2+floor``): the fixed baselines with
+``echo-sd``'s ``--policy`` offers neither ``echo_slack`` nor ``echo_reserve`` / ``echo_noledger``
+(ablations for the replay, the simulator and the SGLang plugin). ``FLOORED_NAMES``
+(``chain+floor``, ``static+floor``, ``eagle2+floor``): the fixed baselines with
 ECHO's pre-check and exact cut (echo_scheduler.policies.floored); they need a gate with
 calibrated acceptance maps.
 """

@@ -13,7 +13,9 @@ and none of its nodes deeper than d is ever selected (``t_b = Dmax`` for request
 truncated). With ``slack`` a truncation binds only under contention: when after depth d's
 Priority 1 the budget is not full (the weakest selected key is the floor ``u_min``), the requests
 truncated at d are re-admitted (``t_b = Dmax``) and draft on like the others, under the floor,
-the node price and the depth's gain; under a full budget the gate truncates as above.
+the node price and the depth's gain; under a full budget the gate truncates as above. (A
+depth-1-only step drafts no deeper for anyone, so there a truncation only moves the request's
+extra siblings to the width tier.)
 
 Selection tiers over the eligible nodes (``d_i <= t_b``), taken in order (tier, key desc):
 
@@ -154,6 +156,8 @@ class EchoPolicy(BasePolicy):
         docstring)."""
         if aging < 0 or (aging and reserve_base):
             raise PolicyError(f"aging must be >= 0 steps and excludes reserve_base, got {aging}")
+        if slack and reserve_base:
+            raise PolicyError("slack excludes reserve_base (the base is drafted for every request)")
         super().__init__()
         self.config = config
         self.gate = gate if gate is not None else GatePolicy.none()
@@ -218,24 +222,19 @@ class EchoPolicy(BasePolicy):
             self._factor_max = float(f.max()) if f.numel() else 1.0
             self._factor = f.to(batch.max_nodes.device)
 
-    @staticmethod
-    def _priced(batch: StepBatch) -> bool:
-        """The engine passed a cost floor (elastic K): rows and drafting have prices."""
-        return batch.min_utility > 0 or bool(batch.node_price) or bool(batch.depth_price)
-
     def _first_plan(self, batch: StepBatch) -> DraftPlan:
         width = self.config.draft_width
         maps = self.gate.acceptance_maps
-        priced = self._priced(batch)
+        is_priced = priced(batch)
         live = int((batch.max_nodes > 0).sum())
-        if maps is not None and priced:
+        if maps is not None and is_priced:
             best = min(1.0, self._best_first(maps, batch.max_nodes.device) * self._factor_max)
             if not first_depth_pays(best, batch, live, self._depth_price()):
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
                 self.step_modes["floor"] += 1
         self._live = live
         self._shallow = False
-        if width and priced and self.modes is not None:
+        if width and is_priced and self.modes is not None:
             mode = self.modes.choose(live, self._depth_price())
             self._shallow = mode == "shallow"  # depth 1 paid more lately
             if mode == "plain":
@@ -314,9 +313,8 @@ class EchoPolicy(BasePolicy):
         return batch.row_price.rate * max(draft_s - base, 0.0)
 
     def _depth_price(self) -> float:
-        """Tokens one more drafter call must promise: the engine's price, else the config's."""
-        price = self.batch.depth_price
-        return self.config.min_depth_gain if price is None else price
+        """:func:`depth_price` of this step."""
+        return depth_price(self.batch, self.config)
 
     @property
     def truncated(self) -> Tensor:
@@ -333,7 +331,7 @@ class EchoPolicy(BasePolicy):
         maps = self.gate.acceptance_maps
         if maps is None:
             return path_score(pool)  # already non-increasing along paths
-        return monotone_key(pool, maps.expected_accept(pool.depth, pool.path_logprob), index)
+        return calibrated_key(pool, maps, index)
 
     def _rescale(self, pool: TreeBatch, value: Tensor) -> Tensor:
         """``min(1, f_r value_i)`` per node of request r; ``value`` unchanged without history."""
@@ -657,6 +655,23 @@ class EchoPolicy(BasePolicy):
         key = self.key(pool, ix)
         order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         return torch.where(order.eligible, order.tier, -1)
+
+
+def priced(batch: StepBatch) -> bool:
+    """The engine passed a cost floor (elastic K): rows and drafting have prices."""
+    return batch.min_utility > 0 or bool(batch.node_price) or bool(batch.depth_price)
+
+
+def depth_price(batch: StepBatch, config: PolicyConfig) -> float:
+    """Tokens one more drafter call must promise: the engine's price, else the config's
+    ``min_depth_gain``."""
+    return config.min_depth_gain if batch.depth_price is None else batch.depth_price
+
+
+def calibrated_key(pool: TreeBatch, maps: AcceptanceMaps, index: PoolIndex | None = None) -> Tensor:
+    """``u'_i = min(m_{d_i}(log P_i), u'_parent)``: every node's calibrated acceptance estimate,
+    never above an ancestor's ([N] float32; :func:`~echo_scheduler.ranking.monotone_key`)."""
+    return monotone_key(pool, maps.expected_accept(pool.depth, pool.path_logprob), index)
 
 
 def best_first_value(maps: AcceptanceMaps, device: torch.device) -> float:

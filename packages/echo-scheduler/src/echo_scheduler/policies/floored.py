@@ -28,14 +28,19 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cut import exact_cut
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import DraftPlan, StepBatch
-from echo_scheduler.policies.echo import best_first_value, first_depth_pays
+from echo_scheduler.policies.echo import (
+    best_first_value,
+    calibrated_key,
+    depth_price,
+    first_depth_pays,
+    priced,
+)
 from echo_scheduler.policies.uniform import (
     ChainPolicy,
     Eagle2Policy,
     StaticTreePolicy,
     _UniformPolicy,
 )
-from echo_scheduler.ranking import monotone_key
 
 
 class _Floored(_UniformPolicy):
@@ -57,11 +62,17 @@ class _Floored(_UniformPolicy):
         assert maps is not None  # checked in __init__ and set_gate
         return maps
 
-    def _first_plan(self, batch: StepBatch) -> DraftPlan:
+    def _start(self, batch: StepBatch) -> None:
+        super()._start(batch)
         self._plain = False
-        if batch.min_utility > 0:
+
+    def _first_plan(self, batch: StepBatch) -> DraftPlan:
+        if priced(batch):
             live = int((batch.max_nodes > 0).sum())
-            if not first_depth_pays(self._best_first(batch), batch, live, batch.depth_price or 0):
+            pays = first_depth_pays(
+                self._best_first(batch), batch, live, depth_price(batch, self.config)
+            )
+            if not pays:
                 self._plain = True
                 return DraftPlan.finished(batch.max_nodes.device)
         return super()._first_plan(batch)
@@ -73,8 +84,7 @@ class _Floored(_UniformPolicy):
         price = self.batch.row_price
         if price is None:
             return keep
-        key = monotone_key(pool, self.maps.expected_accept(pool.depth, pool.path_logprob))
-        return exact_cut(key, keep, pool.batch_size, price)
+        return exact_cut(calibrated_key(pool, self.maps), keep, pool.batch_size, price)
 
     def active_gate(self) -> GatePolicy:
         return self.gate
