@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.signals import layer_confidence
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.driver import DrivenStep, drive_step
+from echo_scheduler.errors import PolicyError
 from echo_scheduler.history import RequestHistory
 from echo_scheduler.interface import StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths
@@ -164,6 +166,8 @@ def test_under_slack_a_truncated_request_drafts_on_and_under_contention_it_does_
     free = drive(slack_policy, step, budget=10_000)
     assert int(free.pool.depth.max()) > 1
     assert not bool(slack_policy.truncated.any())
+    with pytest.raises(PolicyError, match="slack excludes reserve_base"):
+        EchoPolicy(CONFIG, gate, reserve_base=True, slack=True)
     for budget in (1, 2):  # the depth-1 band (top-k per request) fills it: contention
         tight = [drive(EchoPolicy(CONFIG, gate, slack=s), step, budget) for s in (False, True)]
         assert torch.equal(tight[0].pool.token, tight[1].pool.token)
