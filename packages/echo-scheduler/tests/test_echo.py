@@ -13,6 +13,7 @@ from echo_core.tree import TreeBatch
 from echo_gating.maps import AcceptanceMaps, DepthMap
 from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.signals import layer_confidence
+from echo_gating.testing import stepped_gate
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.driver import DrivenStep, drive_step
 from echo_scheduler.errors import PolicyError
@@ -134,24 +135,10 @@ def test_calibrated_maps_rank_the_budget_and_never_favour_a_child() -> None:
     assert bool((run.pool.depth[run.keep] == 1).all())  # depth-1 nodes beat all deeper ones
 
 
-def _calibrated_gate() -> GatePolicy:
-    """Depth 1 is worth 0.2 or 0.9 by score, depth 2 0.3 or 0.6, deeper 0.05."""
-    maps = AcceptanceMaps(
-        (
-            DepthMap(edges=(-1.0,), values=(0.2, 0.9), counts=(10, 10)),
-            DepthMap(edges=(-2.0,), values=(0.3, 0.6), counts=(10, 10)),
-            DepthMap(edges=(), values=(0.05,), counts=(20,)),
-        )
-    )
-    return GatePolicy(
-        version="t", mode=GateMode.NONE, thresholds={}, acceptance_maps=maps, max_depth=3
-    )
-
-
 def _gated_maps() -> GatePolicy:
-    """``_calibrated_gate``'s maps behind a sparse checkpoint at depth 1 (``C_b(1) >= 0.5``)."""
+    """``stepped_gate``'s maps behind a sparse checkpoint at depth 1 (``C_b(1) >= 0.5``)."""
     gate = GatePolicy.sparse({1: 0.5}, max_depth=6)
-    return dataclasses.replace(gate, acceptance_maps=_calibrated_gate().acceptance_maps)
+    return dataclasses.replace(gate, acceptance_maps=stepped_gate().acceptance_maps)
 
 
 def test_under_slack_a_truncated_request_drafts_on_and_under_contention_it_does_not() -> None:
@@ -180,7 +167,7 @@ def test_under_slack_a_truncated_request_drafts_on_and_under_contention_it_does_
 def test_the_cost_floor_keeps_exactly_the_nodes_that_pay_for_their_row(
     seed: int, batch: int, floor: float
 ) -> None:
-    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), _calibrated_gate())
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), stepped_gate())
     step = _step(seed, batch).with_max_nodes(torch.full((batch,), 1000))
     run = drive(policy, step, budget=1000, min_utility=floor)
     if run.pool.num_nodes == 0:
@@ -192,7 +179,7 @@ def test_the_cost_floor_keeps_exactly_the_nodes_that_pay_for_their_row(
 
 
 def test_a_floor_above_every_depth_one_estimate_skips_drafting() -> None:
-    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), _calibrated_gate())
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), stepped_gate())
     run = drive(policy, _step(3, 4), budget=100, min_utility=0.95)
     assert run.depths == 0
     assert run.pool.num_nodes == 0
@@ -204,7 +191,7 @@ def test_a_floor_above_every_depth_one_estimate_skips_drafting() -> None:
 
 
 def test_the_depth_price_limits_how_deep_echo_drafts() -> None:
-    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), _calibrated_gate())
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), stepped_gate())
     calls = [
         drive(policy, _step(5, 4), budget=100, min_utility=0.01, depth_price=price).depths
         for price in (0.0, 1.0, 1e6)
@@ -214,7 +201,7 @@ def test_the_depth_price_limits_how_deep_echo_drafts() -> None:
 
 
 def test_a_node_price_prunes_expansions_that_cannot_pay_their_drafter_row() -> None:
-    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), _calibrated_gate())
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), stepped_gate())
     step = _step(5, 4)
 
     def run(price: float) -> DrivenStep:
@@ -267,7 +254,7 @@ def test_the_band_shortcuts_decide_as_the_full_ranking_does(
     (three steps, each observed, so history factors move)."""
     steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(seed))
     ids = torch.arange(batch, dtype=torch.int64)
-    for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), _calibrated_gate(), _gated_maps()):
+    for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), stepped_gate(), _gated_maps()):
         hist = (RequestHistory(), RequestHistory()) if history else (None, None)
         fast = EchoPolicy(CONFIG, gate, history=hist[0], slack=slack)
         full = _AlwaysRanked(CONFIG, gate, history=hist[1], slack=slack)

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo_gating.maps import AcceptanceMaps, DepthMap
-from echo_gating.policy import GateMode, GatePolicy
+from echo_gating.policy import GatePolicy
+from echo_gating.testing import stepped_gate
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import VerifyCostModel
 from echo_scheduler.cut import exact_cut
@@ -29,24 +29,10 @@ CONFIGS = {
 }
 
 
-def _gate() -> GatePolicy:
-    """Depth 1 is worth 0.2 or 0.9 by score, depth 2 0.3 or 0.6, deeper 0.05."""
-    maps = AcceptanceMaps(
-        (
-            DepthMap(edges=(-1.0,), values=(0.2, 0.9), counts=(10, 10)),
-            DepthMap(edges=(-2.0,), values=(0.3, 0.6), counts=(10, 10)),
-            DepthMap(edges=(), values=(0.05,), counts=(20,)),
-        )
-    )
-    return GatePolicy(
-        version="t", mode=GateMode.NONE, thresholds={}, acceptance_maps=maps, max_depth=3
-    )
-
-
 def _run(name: str, batch: StepBatch, seed: int) -> DrivenStep:
     step = SyntheticWorkload.qwen().sample(batch.batch_size, 1, torch.Generator().manual_seed(seed))
     cfg = CONFIGS[name.removesuffix("+floor")]
-    gate = _gate() if name.endswith("+floor") else None
+    gate = stepped_gate() if name.endswith("+floor") else None
     policy = make_policy(name, cfg, gate=gate)
     return drive_step(policy, SimSource(step[0]), batch, strict=True)
 
@@ -80,7 +66,7 @@ def test_with_a_row_price_the_fixed_selection_is_cut_exactly(
     plain = _run(base, _batch(b), seed)
     floored = _run(f"{base}+floor", _batch(b, row_price=price), seed)
     assert torch.equal(plain.pool.token, floored.pool.token)
-    maps = _gate().acceptance_maps
+    maps = stepped_gate().acceptance_maps
     assert maps is not None
     pool = plain.pool
     key = monotone_key(pool, maps.expected_accept(pool.depth, pool.path_logprob))
@@ -106,7 +92,7 @@ def test_a_floored_policy_needs_acceptance_maps() -> None:
         make_policy("eagle2+floor", CONFIGS["eagle2"], gate=None)
     with pytest.raises(PolicyError, match="acceptance maps"):
         make_policy("chain+floor", CONFIGS["chain"], gate=GatePolicy.none())
-    policy = make_policy("static+floor", CONFIGS["static"], gate=_gate())
+    policy = make_policy("static+floor", CONFIGS["static"], gate=stepped_gate())
     assert policy.name == "static+floor"
     assert policy.active_gate() is not None
     assert not policy.set_gate(GatePolicy.none())  # no maps: refused

@@ -7,11 +7,10 @@ cells), then the CPU cells over ECHO.
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 import sys
-from typing import Any
+
+from echo_scheduler.replay.report import load_replay, replay_cells
 
 FLOORED = ("chain/n=1+floor", "static/2+floor", "chain/n=2+floor")
 ARMS = ("echo", "echo_noledger", "echo_noumin", "echo_noumin_noledger", "echo_d1_noledger",
@@ -23,20 +22,16 @@ def _span(values: list[float]) -> str:
 
 
 def main(path: str) -> None:
-    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
-        rows = json.load(f)["rows"]
-    cells: dict[tuple[str, int, str], dict[str, Any]] = {}
-    for r in rows:
-        cells.setdefault((r["cost_model"], r["batch"], r["trace"]), {})[r["arm"]] = r
+    cells = replay_cells(load_replay(path))  # keyed (cost model, trace, B)
     for b in (16, 64, 256):
-        gpu = [c for k, c in cells.items() if k[1] == b and k[0] != "cpu"]
+        gpu = [c for (cost, _, batch), c in cells.items() if batch == b and cost != "cpu"]
         for arm in ARMS:
             own = [c[arm]["tokens_per_s"] / c["echo"]["tokens_per_s"] for c in gpu]
             best = [
                 c[arm]["tokens_per_s"] / max(c[a]["tokens_per_s"] for a in FLOORED) for c in gpu
             ]
             print(f"B={b:<4} {arm:<22} / echo {_span(own)}   / best floored {_span(best)}")
-    cpu = [c for k, c in cells.items() if k[0] == "cpu"]
+    cpu = [c for (cost, _, _), c in cells.items() if cost == "cpu"]
     for arm in ARMS[1:]:
         own = [c[arm]["tokens_per_s"] / c["echo"]["tokens_per_s"] for c in cpu]
         print(f"cpu    {arm:<22} / echo {_span(own)}")

@@ -11,11 +11,11 @@ The replay (AMD EPYC VM, 53 s):
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 import sys
 from typing import Any
+
+from echo_scheduler.replay.report import load_replay, replay_cells
 
 FIXED = ("chain", "static", "eagle2")
 FLOORED = tuple(f"{f}+floor" for f in FIXED)
@@ -28,17 +28,13 @@ def _best(cell: dict[str, Any], families: tuple[str, ...]) -> dict[str, Any]:
 
 
 def main(path: str) -> None:
-    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
-        rows = json.load(f)["rows"]
-    cells: dict[tuple[str, int, str], dict[str, Any]] = {}
-    for r in rows:
-        cells.setdefault((r["cost_model"], r["batch"], r["trace"]), {})[r["arm"]] = r
+    cells = replay_cells(load_replay(path))  # keyed (cost model, trace, B)
     print(
         f"{'cost model':<22}{'B':>4} {'trace':<10} {'best fixed':>14} {'best fixed+floor':>20} "
         f"{'ECHO / fixed':>12} {'ECHO / fixed+floor [95% CI]':>28}"
     )
     gains, at256 = [], []
-    for (cm, b, t), c in sorted(cells.items()):
+    for (cm, t, b), c in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
         e, fixed, floored = c["echo"], _best(c, FIXED), _best(c, FLOORED)
         lo, hi = floored["ratio_ci95"]  # floored / ECHO
         r1 = e["tokens_per_s"] / fixed["tokens_per_s"]

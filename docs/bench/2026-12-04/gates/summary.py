@@ -9,24 +9,19 @@ checkpoint). Then the cells where an arm gains >= 3% with its interval above 1.
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 import sys
-from typing import Any
+
+from echo_scheduler.replay.report import load_replay, replay_cells
 
 FAMILIES = {"cpu": "cpu", "llama": "llama8b", "qwen": "qwen235b"}
 
 
 def main(path: str, arms: list[str]) -> None:
-    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
-        rows = json.load(f)["rows"]
-    cells: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for r in rows:
-        cells.setdefault((r["trace"], r["cost_model"], r["batch"]), {})[r["arm"]] = r
+    cells = replay_cells(load_replay(path))  # keyed (cost model, trace, B)
     for arm in arms:
         for fam, tag in FAMILIES.items():
-            group = [c for k, c in cells.items() if tag in k[1]]
+            group = [c for (cost, _, _), c in cells.items() if tag in cost]
             v = [c[arm]["tokens_per_s"] / c["echo_nogate"]["tokens_per_s"] for c in group]
             above = sum(c[arm]["ratio_ci95"][0] > 1 for c in group)
             below = sum(c[arm]["ratio_ci95"][1] < 1 for c in group)
@@ -36,12 +31,13 @@ def main(path: str, arms: list[str]) -> None:
                 f"of {len(v)}"
             )
     print("\ncells with a gain >= 3% and the interval above 1:")
-    for key, c in cells.items():
+    for (cost, trace, batch), c in cells.items():
         for arm in arms:
             r = c[arm]
             if r["ratio_ci95"][0] > 1 and r["ratio_vs_echo"] >= 1.03:
                 lo, hi = r["ratio_ci95"]
-                print(f"  {key!s:<40} {arm:<20} {r['ratio_vs_echo']:.3f} [{lo:.3f}, {hi:.3f}]")
+                cell = (trace, cost, batch)
+                print(f"  {cell!s:<40} {arm:<20} {r['ratio_vs_echo']:.3f} [{lo:.3f}, {hi:.3f}]")
 
 
 if __name__ == "__main__":

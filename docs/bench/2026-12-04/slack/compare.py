@@ -12,26 +12,21 @@ The replay (AMD EPYC VM, 38 s):
 
 from __future__ import annotations
 
-import gzip
-import json
 import statistics
 import sys
-from typing import Any
+
+from echo_scheduler.replay.report import load_replay, replay_cells
 
 GATES = ("echo_k2", "echo_next_k2", "echo_dense", "echo_fixed")
 
 
 def main(path: str) -> None:
-    with gzip.open(path) if path.endswith(".gz") else open(path, "rb") as f:
-        rows = json.load(f)["rows"]
-    cells: dict[tuple[str, str, int], dict[str, Any]] = {}
-    for r in rows:
-        cells.setdefault((r["trace"], r["cost_model"], r["batch"]), {})[r["arm"]] = r
+    cells = replay_cells(load_replay(path))  # keyed (cost model, trace, B)
     print(f"{'cell':<44} " + " ".join(f"{g:>14}" for g in GATES))
     slack_over_strict: dict[str, list[float]] = {g: [] for g in GATES}
     strict: dict[str, list[float]] = {g: [] for g in GATES}
     slack: dict[str, list[float]] = {g: [] for g in GATES}
-    for key, c in cells.items():
+    for (cost, trace, batch), c in cells.items():
         base = c["echo_nogate"]["tokens_per_s"]
         out = []
         for g in GATES:
@@ -40,7 +35,7 @@ def main(path: str) -> None:
             strict[g].append(a / base)
             slack[g].append(b / base)
             out.append(f"{a / base:.3f}->{b / base:.3f}")
-        print(f"{key!s:<44} " + " ".join(f"{o:>14}" for o in out))
+        print(f"{(trace, cost, batch)!s:<44} " + " ".join(f"{o:>14}" for o in out))
     for g in GATES:
         print(
             f"{g}: slack / strict median {statistics.median(slack_over_strict[g]):.4f} "

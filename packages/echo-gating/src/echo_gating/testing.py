@@ -37,6 +37,8 @@ import torch
 from torch import Tensor
 
 from echo_gating.errors import GatingError
+from echo_gating.maps import AcceptanceMaps, DepthMap
+from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.records import GateSamples, RecordSet
 
 LOGIT_0_9 = math.log(9.0)
@@ -191,4 +193,20 @@ def simulated_chain_samples(
     depth = torch.arange(1, max_depth + 1).expand(num_steps, max_depth)
     return GateSamples(
         depth=depth.reshape(-1).contiguous(), confidence=conf.reshape(-1), accepted=hit.reshape(-1)
+    )
+
+
+def stepped_gate() -> GatePolicy:
+    """A GatePolicy with hand-set acceptance maps and no checkpoint: a depth-1 node is worth 0.2
+    below a log path score of -1 and 0.9 from it, a depth-2 node 0.3 / 0.6 around -2, deeper
+    nodes 0.05 whatever their score."""
+    maps = AcceptanceMaps(
+        (
+            DepthMap(edges=(-1.0,), values=(0.2, 0.9), counts=(10, 10)),
+            DepthMap(edges=(-2.0,), values=(0.3, 0.6), counts=(10, 10)),
+            DepthMap(edges=(), values=(0.05,), counts=(20,)),
+        )
+    )
+    return GatePolicy(
+        version="t", mode=GateMode.NONE, thresholds={}, acceptance_maps=maps, max_depth=3
     )

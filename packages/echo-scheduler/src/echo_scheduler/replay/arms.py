@@ -50,7 +50,8 @@ NOLEDGER_ARM = "echo_noledger"
 HISTORY_ARM = "echo_history"
 AGING_ARM = "echo_aging"
 SLACK_GATES = ("echo_k2", "echo_next_k2", "echo_dense", "echo_fixed")
-FLOORED_FAMILIES = ("chain", "static", "eagle2")
+GRID_FAMILIES = ("chain", "static", "eagle2")
+"""The fixed baselines replayed over a budget grid (each reported at its best point)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,7 @@ def optional_arms(base: PolicyConfig | None = None) -> list[Arm]:
             optional=True,
         )
         for a in default_arms(cfg)
-        if a.family in FLOORED_FAMILIES
+        if a.family in GRID_FAMILIES
     ]
     return slack + floored
 

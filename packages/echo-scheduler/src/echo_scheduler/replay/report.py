@@ -13,13 +13,26 @@ of steps a request verified no draft row while its batch verified some).
 
 from __future__ import annotations
 
+import gzip
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from echo_scheduler.replay.run import GRID_FAMILIES
+from echo_scheduler.replay.arms import GRID_FAMILIES
 
 
-def _cells(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str, Any]]:
+def load_replay(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a replay JSON (``echo-sd sim --json``; gzip-compressed when it ends in
+    ``.gz``)."""
+    raw = Path(path).read_bytes()
+    data = json.loads(gzip.decompress(raw) if str(path).endswith(".gz") else raw)
+    rows: list[dict[str, Any]] = data["rows"]
+    return rows
+
+
+def replay_cells(rows: Sequence[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """The rows per (cost model, trace, B) cell, keyed by arm, in the rows' order."""
     out: dict[tuple[str, str, int], dict[str, Any]] = {}
     for r in rows:
         out.setdefault((r["cost_model"], r["trace"], r["batch"]), {})[r["arm"]] = r
@@ -54,7 +67,7 @@ def _utility(arms: dict[str, Any]) -> str:
 
 def markdown_tables(rows: Sequence[dict[str, Any]]) -> str:
     lines: list[str] = []
-    cells = _cells(rows)
+    cells = replay_cells(rows)
     for cost in dict.fromkeys(k[0] for k in cells):
         lines += [
             f"\n**{cost}**\n",

@@ -38,7 +38,7 @@ from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import Policy, StepOutcome
 from echo_scheduler.outcome import accepted_lengths, accepted_mask
 from echo_scheduler.policies import make_policy
-from echo_scheduler.replay.arms import UTILITY_ARM, Arm
+from echo_scheduler.replay.arms import GRID_FAMILIES, UTILITY_ARM, Arm
 from echo_scheduler.replay.costs import StepCost
 from echo_scheduler.replay.fairness import request_tails
 from echo_scheduler.replay.gates import calibrate_variants, warmup_records
@@ -380,9 +380,6 @@ def _tails(
         return {}
     tails = request_tails(steps, acc, ver, seconds, plain)
     return {} if tails is None else tails.as_row()
-
-
-GRID_FAMILIES = ("chain", "static", "eagle2")
 
 
 def best_of_families(cell: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
