@@ -13,8 +13,14 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``echo-profile``: the shipped ECHO priced by a verify profile timed in interleaved rounds
   (engine/budget.py ``measure_profile_rounds``, 9 rounds, measured once per process) instead
   of the cached start-up profile, whose token counts are timed one after another.
+- ``echo-dense``: the same with the profile timed at every token count up to 24, then 28-128
+  (``DENSE_TOKENS``, 7 interleaved rounds, printed once): a CPU's verify cost is a staircase in
+  rows (oneDNN's few-row GEMMs), which the default points interpolate away.
 - ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
   (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
+- ``plain-nopad`` / ``echo-nopad``: plain decoding / the shipped ECHO on a second copy of the
+  model loaded with ``ECHO_LINEAR_PAD=off`` (few-row projections never padded:
+  echo_server/model/linear.py), for the effect of padding on both.
 - ``POLICY@K`` (any arm above, or ``chain``, ``static``, ``eagle2``, ``global-topk``): that arm
   with verify budget K instead of the default 16, for a peer's best-budget sweep, e.g.
   ``--arms plain echo chain@8 chain@16 chain@32 eagle2@8 eagle2@16 eagle2@32``.
@@ -59,16 +65,27 @@ ARMS = (
     "echo-priced",
     "echo-rows",
     "echo-profile",
+    "echo-dense",
     "echo-float32",
     "echo-bfloat16",
+    "plain-nopad",
+    "echo-nopad",
 )
-VARIANTS = ("echo-z0", "echo-priced", "echo-rows", "echo-profile")  # built by _variant
+VARIANTS = (
+    "echo-z0",
+    "echo-priced",
+    "echo-rows",
+    "echo-profile",
+    "echo-dense",
+)  # built by _variant
 LOW_ROW_FLOOR = 0.25  # echo-rows
 PEERS = ("chain", "static", "eagle2", "global-topk")
 DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
 
 _PROFILE: list[ProfileCost] = []  # echo-profile's, measured once
+_DENSE: list[ProfileCost] = []  # echo-dense's, measured once
+DENSE_TOKENS = (*range(1, 25), 28, 32, 40, 48, 64, 96, 128)
 
 
 def _variant(engine: Engine, arm: str) -> Engine:
@@ -78,6 +95,16 @@ def _variant(engine: Engine, arm: str) -> Engine:
             tokens = tuple(float(t) for t in PROFILE_TOKENS)
             _PROFILE.append(ProfileCost(tokens, tuple(seconds)))
         engine.elastic = ElasticFloor(_PROFILE[0])
+        return engine
+    if arm == "echo-dense":
+        if not _DENSE:
+            seconds = measure_profile_rounds(engine.model, DENSE_TOKENS, rounds=7)
+            _DENSE.append(ProfileCost(tuple(float(t) for t in DENSE_TOKENS), tuple(seconds)))
+            print(
+                "dense profile ms:",
+                " ".join(f"{t}:{1000 * s:.1f}" for t, s in zip(DENSE_TOKENS, seconds, strict=True)),
+            )
+        engine.elastic = ElasticFloor(_DENSE[0])
         return engine
     if arm == "echo-rows":
         if engine.elastic is None:
@@ -131,6 +158,13 @@ def main() -> None:
     args = build_parser().parse_args(argv)
     workloads = load_workloads(args.workloads, a.num_prompts, args.prompts)
     make = _factory(load(args), args, workloads)
+    make_nopad = None
+    if any(arm.endswith("-nopad") for arm in a.arms):
+        os.environ["ECHO_LINEAR_PAD"] = "off"
+        try:
+            make_nopad = _factory(load(args), args, workloads)
+        finally:
+            del os.environ["ECHO_LINEAR_PAD"]
 
     made: dict[str, list[Engine]] = {}
 
@@ -140,7 +174,11 @@ def main() -> None:
         os.environ["ECHO_DRAFT_DTYPE"] = DTYPE_ARMS.get(arm, before or "auto")
         default_budget, args.budget = args.budget, int(budget) if budget else args.budget
         try:
-            engine: Engine = make("echo" if arm.startswith("echo") else arm, concurrency)
+            maker = make_nopad if make_nopad is not None and arm.endswith("-nopad") else make
+            engine: Engine = maker(
+                arm.split("-")[0] if arm.startswith("echo") or arm.endswith("-nopad") else arm,
+                concurrency,
+            )
         finally:
             os.environ["ECHO_DRAFT_DTYPE"] = before or "auto"
             args.budget = default_budget

@@ -12,7 +12,14 @@ import torch
 import torch.nn.functional as F
 
 from echo_core.tolerance import float_tolerance
-from echo_server.model.linear import Linear, packing_available, single_row_path
+from echo_server.model.linear import (
+    MAX_PADDED_ROWS,
+    Linear,
+    RowPaths,
+    packing_available,
+    row_paths,
+    single_row_path,
+)
 
 
 def rounding_atol(w: torch.Tensor, expected: torch.Tensor) -> float:
@@ -95,3 +102,48 @@ def test_single_rows_take_the_plain_weight_when_chosen(monkeypatch: pytest.Monke
     monkeypatch.setenv("ECHO_LINEAR_SINGLE_ROW", "fast")
     with pytest.raises(ValueError, match="ECHO_LINEAR_SINGLE_ROW must be one of"):
         single_row_path(fresh)
+
+
+@pytest.mark.skipif(not packing_available(torch.zeros(2, 2)), reason="needs oneDNN packing")
+def test_padded_calls_return_the_unpadded_rows() -> None:
+    w, b = _weights(256, 128)
+    lin = Linear(w, b)
+    x = torch.randn(7, 128, generator=torch.Generator().manual_seed(4))
+    unpadded = {m: lin(x[:m]) for m in range(1, 8)}
+    lin.pad_to = (4, 4, 4, 6, 6)  # 1-3 rows as 4, 4-5 as 6, 6 and more as they come
+    for m in range(1, 8):
+        got = lin(x[:m])
+        assert got.shape == (m, 256)
+        if m >= 2:  # rows are independent from two on: padding changes no bit
+            assert torch.equal(got, unpadded[m])
+        else:  # one row takes the multi-row path: rounding only
+            want = F.linear(x[:1], w, b)
+            torch.testing.assert_close(got, want, atol=rounding_atol(w, want), rtol=0)
+    assert torch.equal(lin(x[:2].reshape(1, 2, 128)), unpadded[2].reshape(1, 2, 256))
+    lin.plain_single_row = True  # the GEMV still serves single rows when chosen
+    assert torch.equal(lin(x[:1]), F.linear(x[:1], w, b))
+
+
+@pytest.mark.skipif(not packing_available(torch.zeros(2, 2)), reason="needs oneDNN packing")
+def test_row_paths_table_is_a_legal_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    w, b = _weights(512, 256)
+    group = [Linear(w.clone(), b) for _ in range(3)]
+    monkeypatch.setenv("ECHO_LINEAR_PAD", "auto")
+    paths = row_paths(group)  # timed: any legal table is a legitimate answer
+    assert len(paths.pad_to) <= MAX_PADDED_ROWS
+    assert all(m <= k <= MAX_PADDED_ROWS for m, k in enumerate(paths.pad_to, start=1))
+    assert not paths.pad_to or paths.pad_to[-1] != len(paths.pad_to)  # trailing identities cut
+    paths.apply(group)
+    assert all(lin.pad_to == paths.pad_to for lin in group)
+    monkeypatch.setenv("ECHO_LINEAR_PAD", "off")
+    assert row_paths(group).pad_to == ()
+    for mode, plain in (("plain", True), ("packed", False)):
+        assert row_paths(group, mode, pad="off") == RowPaths(plain)
+        assert row_paths(group, mode, pad="auto").plain_single_row is plain
+    group[0].plain_single_row = False
+    group[0].release_plain()
+    assert row_paths(group, "plain", pad="off") == RowPaths(False)  # no plain copy left
+    assert row_paths(Linear(w.to(torch.bfloat16))) == RowPaths(False)  # nothing packed
+    monkeypatch.setenv("ECHO_LINEAR_PAD", "always")
+    with pytest.raises(ValueError, match="ECHO_LINEAR_PAD must be one of"):
+        row_paths(group)

@@ -171,15 +171,17 @@ class _VerifyRig:
         return seconds
 
 
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3
 """Part of the profile cache key: bumped when the forward's code path changes its cost (2: the
-grouped-query CPU attention of 2026-12-02), so a profile cached by older code is re-measured."""
+grouped-query CPU attention of 2026-12-02; 3: few-row projections padded, 2026-12-04), so a
+profile cached by older code is re-measured."""
 
 
 def _cache_key(model: LlamaModel) -> str:
     cfg = model.config
     packed = model.lm_head.packed is not None  # the matmul path changes the profile's shape
     ident = f"{cfg}|{model.dtype}|{model.device}|{torch.get_num_threads()}|packed={packed}"
+    ident += "".join(f"|{n}={p.plain_single_row},{p.pad_to}" for n, p in model.row_paths.items())
     ident += f"|v{PROFILE_VERSION}"
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 

@@ -30,6 +30,20 @@ every layer's weight;
 ``plain`` / ``packed`` force it); a :class:`Linear` whose single-row path is plain keeps its plain
 copy and uses it for 1-row calls only. The 1-row call was already a path of its own (GEMV), so
 this adds no new kind of rounding difference between a decode step and a verify pass.
+
+Padding few rows. A packed call's cost is not monotone in its rows: on the AMD EPYC VM (one
+thread, SmolLM2-135M, every layer's projection swept per row count so its weight streams from
+memory as in a forward, 2026-12-04) the whole model's projections cost 35.1 / 43.1 / 30.1 /
+27.8 / 27.8 / 28.0 / 35.0 / 37.2 ms for 1-8 rows: oneDNN streams the weight most efficiently for
+4-6 rows, and 1-3 rows cost 8-55% more than 4. So a call of m rows may run as ``pad_to[m - 1] > m``
+rows, zero rows appended and their outputs dropped: a one-row decode step then costs what four
+rows do, a two-row one a third less. :func:`row_paths` measures the table at load
+(``ECHO_LINEAR_PAD=auto``, the default; ``off`` never pads): for every m up to
+:data:`MAX_PADDED_ROWS` the row count ``m' >= m`` of least median time, kept only when it saves
+at least :data:`PAD_MARGIN` of m's time (ties and noise stay unpadded: at 5% one load padded
+4 rows to 6 for a call 5% dearer). Numerics: from two rows on each
+row's result does not depend on the other rows (bitwise, see above), so padding 2-3 rows changes
+no output bit; a padded single row takes the multi-row path, the one every verify pass takes.
 """
 
 from __future__ import annotations
@@ -37,6 +51,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -69,8 +84,11 @@ class Linear:
         self.weight: Tensor | None = weight  # [out, in]; None once released (packed only)
         self.bias = bias
         self.out_features = weight.shape[0]
+        self.in_features = weight.shape[1]
+        self.dtype = weight.dtype
         self.packed: Tensor | None = None
         self.plain_single_row = False  # 1-row calls use F.linear (module docstring)
+        self.pad_to: tuple[int, ...] = ()  # pad_to[m - 1]: rows a packed m-row call runs as
         if packing_available(weight, allow_bf16):
             self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), None)
 
@@ -88,22 +106,61 @@ class Linear:
         if self.packed is None or (self.plain_single_row and x.numel() == x.shape[-1]):
             assert self.weight is not None  # released only when packed
             return F.linear(x, self.weight, self.bias)
-        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        rows = x.reshape(-1, x.shape[-1])
+        m = rows.shape[0]
+        target = self.pad_to[m - 1] if m <= len(self.pad_to) else m
+        if target > m:  # cheaper as more rows (module docstring: padding few rows)
+            rows = torch.cat([rows, rows.new_zeros(target - m, rows.shape[1])])
         out: Tensor = torch.ops.mkldnn._linear_pointwise(
-            rows, self.packed, self.bias, "none", [], ""
+            rows.contiguous(), self.packed, self.bias, "none", [], ""
         )
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+        return out[:m].reshape(*x.shape[:-1], out.shape[-1])
 
 
 SINGLE_ROW_MODES = ("auto", "plain", "packed")
-REPEATS = 5  # alternating timed sweeps per path; the medians decide
+PAD_MODES = ("auto", "off")
+REPEATS = 5  # timed rounds per candidate path (order rotated); the medians decide
+MAX_PADDED_ROWS = 8
+"""Row counts :func:`row_paths` times for padding: calls of up to this many rows may be padded."""
+PAD_MARGIN = 0.10
+"""Least saving (fraction of an m-row call's time) for which a call of m rows is padded."""
+PAD_TIE = 0.02
+"""Row counts within this fraction of the least time tie; the fewest rows among them win."""
 
 
-def single_row_path(linears: Linear | Sequence[Linear], mode: str | None = None) -> bool:
-    """Whether 1-row calls of ``linears`` (every layer's projection of one name, or one Linear)
-    should use the plain weight: ``mode`` (default ``ECHO_LINEAR_SINGLE_ROW``, else ``auto``)
-    ``plain`` / ``packed`` force it; ``auto`` times one row through every given Linear in turn,
-    both ways in alternating sweeps (median of ``REPEATS`` sweeps each), and takes the faster.
+@dataclass(frozen=True, slots=True)
+class RowPaths:
+    """How a group of :class:`Linear` runs few rows (module docstring): 1-row calls on the
+    plain weight, and the padded row count ``pad_to[m - 1]`` of an m-row packed call (``()``:
+    never padded)."""
+
+    plain_single_row: bool
+    pad_to: tuple[int, ...] = ()
+
+    def apply(self, linears: Linear | Sequence[Linear]) -> None:
+        """Set both on every Linear of the group."""
+        for lin in [linears] if isinstance(linears, Linear) else linears:
+            lin.plain_single_row = self.plain_single_row
+            lin.pad_to = self.pad_to
+
+
+def row_paths(
+    linears: Linear | Sequence[Linear], mode: str | None = None, pad: str | None = None
+) -> RowPaths:
+    """The :class:`RowPaths` of ``linears`` (every layer's projection of one name, or one
+    Linear), timed on this machine.
+
+    ``mode`` (default ``ECHO_LINEAR_SINGLE_ROW``, else ``auto``): ``plain`` / ``packed`` force
+    the 1-row path, ``auto`` takes the faster; ``pad`` (default ``ECHO_LINEAR_PAD``, else
+    ``auto``): ``off`` never pads. Timing: one row through every given Linear's plain weight and
+    m rows through every packed one for m = 1..:data:`MAX_PADDED_ROWS` (1 only without padding),
+    each a sweep over the whole group, in :data:`REPEATS` rounds with the order rotated, after a
+    warm-up; with ``p(m)`` the median of the packed m-row sweeps,
+
+        m* = min{m' >= m : p(m') <= (1 + PAD_TIE) min_{k >= m} p(k)}
+        pad_to[m - 1] = m*   if p(m*) < (1 - PAD_MARGIN) p(m), else m
+
+    and 1-row calls go plain when the plain sweep beats ``p(pad_to[0])``.
 
     Sweeping all layers matters: a forward streams each layer's weight from memory once, while
     one weight timed in a loop stays in cache, where packing can win. Timing the first layer's
@@ -113,41 +170,71 @@ def single_row_path(linears: Linear | Sequence[Linear], mode: str | None = None)
     costs the same."""
     group = [linears] if isinstance(linears, Linear) else list(linears)
     mode = mode or os.environ.get("ECHO_LINEAR_SINGLE_ROW", "auto")
+    pad = pad or os.environ.get("ECHO_LINEAR_PAD", "auto")
     if mode not in SINGLE_ROW_MODES:
         raise ValueError(f"ECHO_LINEAR_SINGLE_ROW must be one of {SINGLE_ROW_MODES}, got {mode!r}")
-    pairs: list[tuple[Tensor, Tensor, Tensor | None]] = []
-    for lin in group:
-        if lin.weight is None or lin.packed is None:
-            return False  # nothing to choose: one path is gone
-        pairs.append((lin.weight, lin.packed, lin.bias))
-    if not pairs:
-        return False
+    if pad not in PAD_MODES:
+        raise ValueError(f"ECHO_LINEAR_PAD must be one of {PAD_MODES}, got {pad!r}")
+    if not group or any(lin.packed is None for lin in group):
+        return RowPaths(False)  # nothing packed: F.linear serves every call
+    plain_left = all(lin.weight is not None for lin in group)
+    if mode != "auto" and pad == "off":
+        return RowPaths(mode == "plain" and plain_left)
+    width, dtype = group[0].in_features, group[0].dtype  # packed: a CPU weight
+    sizes = range(1, (MAX_PADDED_ROWS if pad == "auto" else 1) + 1)
+    sweeps: dict[str, Callable[[], None]] = {}
+    for m in sizes:
+        x = torch.zeros(m, width, dtype=dtype)
+        sweeps[f"packed{m}"] = _sweep(group, x, packed=True)
+    if mode == "auto" and plain_left:
+        sweeps["plain"] = _sweep(group, torch.zeros(1, width, dtype=dtype), packed=False)
+    median = _rotating_medians(sweeps)
+    packed = [median[f"packed{m}"] for m in sizes]
+    pad_to = []
+    for m in sizes:
+        low = min(packed[m - 1 :])
+        best = next(k for k in range(m, len(packed) + 1) if packed[k - 1] <= (1 + PAD_TIE) * low)
+        pad_to.append(best if packed[best - 1] < (1 - PAD_MARGIN) * packed[m - 1] else m)
+    while pad_to and pad_to[-1] == len(pad_to):
+        pad_to.pop()  # trailing identities: nothing to pad
+    table = tuple(pad_to)
     if mode != "auto":
-        return mode == "plain"
-    first = pairs[0][0]
-    x = torch.zeros(1, first.shape[1], dtype=first.dtype, device=first.device)
-
-    def plain() -> None:
-        for weight, _, bias in pairs:
-            F.linear(x, weight, bias)
-
-    def onednn() -> None:
-        for _, packed, bias in pairs:
-            torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-
-    plain_s, packed_s = _alternating_medians(plain, onednn)
-    return plain_s < packed_s
+        return RowPaths(mode == "plain" and plain_left, table)
+    one = packed[(table[0] if table else 1) - 1]
+    return RowPaths(plain_left and median.get("plain", float("inf")) < one, table)
 
 
-def _alternating_medians(a: Callable[[], None], b: Callable[[], None]) -> tuple[float, float]:
-    """Median wall time of ``a`` and of ``b`` over ``REPEATS`` rounds, each round timing both
-    (order alternating), after one warm-up call of each."""
-    a()
-    b()
-    times: tuple[list[float], list[float]] = ([], [])
+def single_row_path(linears: Linear | Sequence[Linear], mode: str | None = None) -> bool:
+    """Whether 1-row calls of ``linears`` should use the plain weight (:func:`row_paths`
+    without padding)."""
+    return row_paths(linears, mode, pad="off").plain_single_row
+
+
+def _sweep(group: Sequence[Linear], x: Tensor, packed: bool) -> Callable[[], None]:
+    """One call of ``x`` through every Linear of ``group``, packed or on the plain weight."""
+
+    def run() -> None:
+        for lin in group:
+            if packed:
+                torch.ops.mkldnn._linear_pointwise(x, lin.packed, lin.bias, "none", [], "")
+            else:
+                assert lin.weight is not None
+                F.linear(x, lin.weight, lin.bias)
+
+    return run
+
+
+def _rotating_medians(calls: dict[str, Callable[[], None]]) -> dict[str, float]:
+    """Median wall time of each call over :data:`REPEATS` rounds, each round timing every call
+    once with the order rotated by one, after one warm-up call of each."""
+    names = list(calls)
+    for name in names:
+        calls[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(REPEATS):
-        for i in (0, 1) if r % 2 == 0 else (1, 0):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
             start = time.perf_counter()
-            (a, b)[i]()
-            times[i].append(time.perf_counter() - start)
-    return sorted(times[0])[REPEATS // 2], sorted(times[1])[REPEATS // 2]
+            calls[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: sorted(t)[REPEATS // 2] for name, t in times.items()}

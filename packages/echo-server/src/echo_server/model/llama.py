@@ -25,7 +25,7 @@ from torch import Tensor
 
 from echo_server.model.attention import AttentionBackend, AttentionBatch
 from echo_server.model.config import ModelConfig
-from echo_server.model.linear import Linear, single_row_path
+from echo_server.model.linear import Linear, RowPaths, row_paths
 from echo_server.model.rope import RotaryTable, rotate
 from echo_server.model.torch_attention import TorchAttention
 
@@ -95,7 +95,7 @@ class LlamaModel:
         self.scale = config.head_dim**-0.5
         self.linears = tuple(_LayerLinears.of(layer) for layer in weights.layers)
         self.lm_head = Linear(weights.lm_head)
-        self.single_row_plain = _choose_single_rows(self.linears, self.lm_head)
+        self.row_paths = _choose_row_paths(self.linears, self.lm_head)
         self.weights = _release_packed(weights, self.linears)
 
     @property
@@ -174,20 +174,25 @@ class LlamaModel:
         return self.lm_head(h).float()
 
 
-def _choose_single_rows(linears: tuple[_LayerLinears, ...], lm_head: Linear) -> dict[str, bool]:
-    """Per projection name, whether its 1-row calls use the plain weight (linear.py docstring):
-    decided once by timing every layer's projection of that name, and applied to all."""
-    chosen: dict[str, bool] = {}
+def _choose_row_paths(linears: tuple[_LayerLinears, ...], lm_head: Linear) -> dict[str, RowPaths]:
+    """Per projection name, how its few-row calls run (1-row path and row padding, linear.py
+    docstring): decided once by timing every layer's projection of that name, applied to all."""
+    chosen: dict[str, RowPaths] = {}
     if not linears:
         return chosen
     for name in ("qkv", "o_proj", "gate_up", "down"):
-        plain = single_row_path([getattr(mm, name) for mm in linears])
-        chosen[name] = plain
-        for mm in linears:
-            getattr(mm, name).plain_single_row = plain
-    chosen["lm_head"] = lm_head.plain_single_row = single_row_path(lm_head)
-    if any(chosen.values()):
-        log.info("linear_single_row_plain", **chosen)
+        group = [getattr(mm, name) for mm in linears]
+        chosen[name] = paths = row_paths(group)
+        paths.apply(group)
+    chosen["lm_head"] = paths = row_paths(lm_head)
+    paths.apply(lm_head)
+    log.info(
+        "linear_row_paths",
+        **{
+            n: f"{'plain' if p.plain_single_row else 'packed'} pad={list(p.pad_to)}"
+            for n, p in chosen.items()
+        },
+    )
     return chosen
 
 
