@@ -100,6 +100,25 @@ def test_past_the_knee_a_row_costs_the_compute_slope_not_the_secant() -> None:
     assert below.floor(16).min_utility == pytest.approx(0.0, abs=1e-12)
 
 
+def test_a_wider_slope_window_averages_a_staircase_step() -> None:
+    # 20 ms for 1-6 rows, 27 ms for 7-12 (a CPU's staircase); B = 4 verified 0.5 draft rows
+    # each (T = 6, just below the step): the one-row slope is the whole 7 ms step, the secant
+    # from T = 4 is 0, and a 6-row window prices the step over its width, 7/6 ms a row.
+    tokens = tuple(float(t) for t in range(1, 13))
+    cost = ProfileCost(tokens, tuple(0.020 if t <= 6 else 0.027 for t in tokens))
+    mins = {}
+    for rows in (1.0, 6.0):
+        floor = ElasticFloor(cost, slope_rows=rows)
+        floor.observe(4, verified=2, emitted=5, verify_s=0.020, other_s=0.0, draft_s=0.0, depths=1)
+        got = floor.floor(4)
+        mins[rows] = got.min_utility / got.throughput
+    assert mins[1.0] == pytest.approx(0.007)
+    assert mins[6.0] == pytest.approx(0.007 / 6)
+    for bad in (0.5, math.inf, math.nan):
+        with pytest.raises(CostModelError, match="slope_rows"):
+            ElasticFloor(cost, slope_rows=bad)
+
+
 def test_drafting_splits_into_a_price_per_call_and_per_node() -> None:
     # 1 ms per drafter call + 0.5 ms per expanded node, observed over steps of varied shape
     cost = VerifyCostModel(0.020, 0.002, 0.0, 0.0)

@@ -16,6 +16,11 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``echo-dense``: the same with the profile timed at every token count up to 24, then 28-128
   (``DENSE_TOKENS``, 7 interleaved rounds, printed once): a CPU's verify cost is a staircase in
   rows (oneDNN's few-row GEMMs), which the default points interpolate away.
+- ``echo-stairs``: a profile at every token count up to 8 (then 10-128, 7 interleaved rounds)
+  and the floor's slope averaged over at least ``STAIR_SLOPE_ROWS`` rows
+  (``ElasticFloor(slope_rows=...)``), so a one-row slope cannot land on a step.
+- ``echo-sparse``: the start-up profile's points until session 23 (1, 4, 8, ..., 128, timed in
+  9 interleaved rounds) and a one-row slope window: ECHO's pricing before the staircase default.
 - ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
   (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
 - ``plain-nopad`` / ``echo-nopad``: plain decoding / the shipped ECHO on a second copy of the
@@ -66,6 +71,8 @@ ARMS = (
     "echo-rows",
     "echo-profile",
     "echo-dense",
+    "echo-stairs",
+    "echo-sparse",
     "echo-float32",
     "echo-bfloat16",
     "plain-nopad",
@@ -77,6 +84,8 @@ VARIANTS = (
     "echo-rows",
     "echo-profile",
     "echo-dense",
+    "echo-stairs",
+    "echo-sparse",
 )  # built by _variant
 LOW_ROW_FLOOR = 0.25  # echo-rows
 PEERS = ("chain", "static", "eagle2", "global-topk")
@@ -86,6 +95,11 @@ DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 _PROFILE: list[ProfileCost] = []  # echo-profile's, measured once
 _DENSE: list[ProfileCost] = []  # echo-dense's, measured once
 DENSE_TOKENS = (*range(1, 25), 28, 32, 40, 48, 64, 96, 128)
+_STAIRS: list[ProfileCost] = []  # echo-stairs', measured once
+STAIR_TOKENS = (*range(1, 9), 10, 12, 16, 24, 32, 48, 64, 96, 128)
+STAIR_SLOPE_ROWS = 6.0  # the staircase's step width on the EPYC (bench_row_staircase.py)
+_SPARSE: list[ProfileCost] = []  # echo-sparse's, measured once
+SPARSE_TOKENS = (1, 4, 8, 16, 32, 64, 128)  # the start-up profile's points until session 23
 
 
 def _variant(engine: Engine, arm: str) -> Engine:
@@ -105,6 +119,22 @@ def _variant(engine: Engine, arm: str) -> Engine:
                 " ".join(f"{t}:{1000 * s:.1f}" for t, s in zip(DENSE_TOKENS, seconds, strict=True)),
             )
         engine.elastic = ElasticFloor(_DENSE[0])
+        return engine
+    if arm == "echo-stairs":
+        if not _STAIRS:
+            seconds = measure_profile_rounds(engine.model, STAIR_TOKENS, rounds=7)
+            _STAIRS.append(ProfileCost(tuple(float(t) for t in STAIR_TOKENS), tuple(seconds)))
+            print(
+                "stairs profile ms:",
+                " ".join(f"{t}:{1000 * s:.1f}" for t, s in zip(STAIR_TOKENS, seconds, strict=True)),
+            )
+        engine.elastic = ElasticFloor(_STAIRS[0], slope_rows=STAIR_SLOPE_ROWS)
+        return engine
+    if arm == "echo-sparse":
+        if not _SPARSE:
+            seconds = measure_profile_rounds(engine.model, SPARSE_TOKENS, rounds=9)
+            _SPARSE.append(ProfileCost(tuple(float(t) for t in SPARSE_TOKENS), tuple(seconds)))
+        engine.elastic = ElasticFloor(_SPARSE[0])
         return engine
     if arm == "echo-rows":
         if engine.elastic is None:

@@ -24,7 +24,7 @@ other work ``o`` (seconds per step), drafter seconds per drafted depth ``t_d``, 
 contention and drift). For a step over B requests it then evaluates, with ``T = B (1 + v)``:
 
     R = B m / (s t(T) + o),   u_min = R dt,   depth_price = R t_d,
-    dt = s_row max( (t(T) - t(B)) / (T - B),  (t(T + h) - t(T)) / h ),   h = max(1, B / 8)
+    dt = s_row max( (t(T) - t(B)) / (T - B),  (t(T + h) - t(T)) / h ),   h = max(h_0, B / 8)
 
 where ``s_row`` is the measured over modelled cost of the draft rows alone
 (:meth:`ElasticFloor.row_scale`, a least-squares split of the verify time into request rows and
@@ -37,6 +37,10 @@ cost the most, so the slope at T alone would undercharge them. The slope just pa
 marginal cost once verify is compute-bound (a roofline hinge past its knee, where the secant
 averages in the nearly free rows below the knee and so undercharges the next one). When fewer
 than one row per step was verified lately the secant runs over ``max(1, B)`` rows instead.
+``h_0`` (``slope_rows``, 1 by default) widens the slope's window: on a CPU a verify pass's cost
+is a staircase in rows (flat for 4-6 rows, then +20% for the seventh on the AMD EPYC VM:
+echo-server's scripts/bench_row_staircase.py), and a one-row slope there is either 0 or a whole
+step; averaged over a step's width it is the step's cost per row.
 """
 
 from __future__ import annotations
@@ -65,13 +69,23 @@ class Floor:
 class ElasticFloor:
     """Moving averages of step feedback and the cost floor they imply (module docstring)."""
 
-    def __init__(self, cost: LatencyModel, alpha: float = 0.2, row_floor: float = 1.0) -> None:
+    def __init__(
+        self,
+        cost: LatencyModel,
+        alpha: float = 0.2,
+        row_floor: float = 1.0,
+        slope_rows: float = 1.0,
+    ) -> None:
         """``row_floor``: the lowest row scale as a fraction of ``s`` (:meth:`row_scale`; 1.0,
-        the default, never prices a draft row below the whole pass's scale)."""
+        the default, never prices a draft row below the whole pass's scale). ``slope_rows``:
+        ``h_0``, the least window of the floor's slope in rows (module docstring)."""
         if not 0.0 < alpha <= 1.0:
             raise CostModelError(f"alpha must be in (0, 1], got {alpha}")
         if not 0.0 < row_floor <= 1.0:
             raise CostModelError(f"row_floor must be in (0, 1], got {row_floor}")
+        if not 1.0 <= slope_rows < math.inf:
+            raise CostModelError(f"slope_rows must be finite and >= 1, got {slope_rows}")
+        self.slope_rows = slope_rows
         self.cost = cost
         self.alpha = alpha
         self.row_floor = row_floor
@@ -97,7 +111,7 @@ class ElasticFloor:
             drafts = max(1.0, b)
         plain = self.cost.latency_at(b)
         secant = (self.cost.latency_at(b + drafts) - plain) / drafts
-        h = max(1.0, b / 8.0)
+        h = max(self.slope_rows, b / 8.0)
         slope = (self.cost.latency_at(rows + h) - self.cost.latency_at(rows)) / h
         marginal = max(self.row_scale() * max(secant, slope), 0.0)
         split = self.draft_split()

@@ -30,7 +30,20 @@ from echo_server.model.llama import LlamaModel
 
 log = structlog.get_logger(__name__)
 
-PROFILE_TOKENS = (1, 4, 8, 16, 32, 64, 128)
+PROFILE_TOKENS = (*range(1, 9), 10, 12, 16, 24, 32, 48, 64, 96)
+"""Verify-pass sizes the profile times: every count up to 8, where a CPU's cost is a staircase
+(on the AMD EPYC VM 1-6 rows within 6% of one another, the seventh +20%:
+scripts/bench_row_staircase.py), then sparser; the profile extends its last slope past 96."""
+PROFILE_ROUNDS = 5
+"""Interleaved rounds of the start-up profile (:func:`measure_profile_rounds`)."""
+FLOOR_SLOPE_ROWS = 6.0
+"""The elastic floor's least slope window in rows (``ElasticFloor(slope_rows=...)``): the width of
+that staircase's steps on the EPYC, so the floor's slope past the recent row count is a step's
+cost per row, never 0 or a whole step. With these points (and 128, timed in 7 rounds) it lifted
+ECHO at c = 4 from 1.044 to 1.088 of plain decoding on HumanEval and from 0.985 to 1.018 on
+MT-Bench (lockstep, the bench's ``echo-stairs`` arm; docs/BENCHMARKS.md, session 23). A GPU's
+profile is flat below its knee, so the window changes nothing there but the few rows around
+the knee."""
 PREFIX = 64
 REPEATS = 3
 DEFAULT_CACHE = Path.home() / ".cache" / "echo" / "verify_cost"
@@ -88,18 +101,13 @@ class StepBudget:
         return local if self.lease is None else min(local, self.lease)
 
 
-def measure_profile(model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS) -> list[float]:
-    """Median seconds of one verify pass over each T in ``tokens`` (after a warm-up pass): one
-    request, a cached prefix of ``PREFIX`` tokens, a chain of ``T - 1`` draft rows."""
-    return [time_verify(model, 1, t - 1, PREFIX) for t in tokens]
-
-
 def measure_profile_rounds(
     model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS, rounds: int = 9
 ) -> list[float]:
-    """:func:`measure_profile`'s passes timed in ``rounds`` interleaved rounds: each round times
-    one pass per T, the T's order rotated by one every round, and each T's median is returned.
-    Timing the T's one after another (:func:`measure_profile`) turns the machine's drift between
+    """Median seconds of one verify pass over each T in ``tokens``, timed in ``rounds`` interleaved
+    rounds (one request, a cached prefix of ``PREFIX`` tokens, a chain of ``T - 1`` draft rows):
+    each round times one pass per T, the T's order rotated by one every round. Timing the T's one
+    after another (the start-up profile until session 23) turns the machine's drift between
     them into slope: on the AMD EPYC VM the cached profile's 8 -> 16 token slope was 3.8 ms per
     token against 2.1 [1.9, 2.4] measured interleaved (docs/BENCHMARKS.md, session 19)."""
     if rounds < 1 or not tokens or min(tokens) < 1:
@@ -171,10 +179,11 @@ class _VerifyRig:
         return seconds
 
 
-PROFILE_VERSION = 3
+PROFILE_VERSION = 4
 """Part of the profile cache key: bumped when the forward's code path changes its cost (2: the
-grouped-query CPU attention of 2026-12-02; 3: few-row projections padded, 2026-12-04), so a
-profile cached by older code is re-measured."""
+grouped-query CPU attention of 2026-12-02; 3: few-row projections padded, 2026-12-04) or the
+profile's points or timing do (4: every count up to 8, interleaved rounds), so a profile cached
+by older code is re-measured."""
 
 
 def _cache_key(model: LlamaModel) -> str:
@@ -201,7 +210,7 @@ def load_or_measure_profile(
             )
         except (ValueError, KeyError, TypeError, CostModelError) as exc:
             log.warning("verify_profile_cache_unreadable", path=str(path), error=str(exc))
-    seconds = measure_profile(model)
+    seconds = measure_profile_rounds(model, PROFILE_TOKENS, PROFILE_ROUNDS)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"tokens": list(PROFILE_TOKENS), "seconds": seconds}))

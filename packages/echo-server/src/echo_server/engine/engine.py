@@ -39,7 +39,7 @@ from echo_scheduler.interface import Policy, StepBatch, StepOutcome
 from echo_server.drafting.base import Drafter
 from echo_server.engine.acceptance import accept, first_token
 from echo_server.engine.admission import Admission
-from echo_server.engine.budget import StepBudget, load_or_measure_profile
+from echo_server.engine.budget import FLOOR_SLOPE_ROWS, StepBudget, load_or_measure_profile
 from echo_server.engine.chunking import chunk_rows
 from echo_server.engine.config import EngineConfig
 from echo_server.engine.draft_source import DrafterSource
@@ -85,7 +85,11 @@ class Engine:
         self.policy_device = torch.device("cpu") if cfg.policy_on_host else device
         self.kv = KVPool(mc, cfg.kv_slots, cfg.max_batch, cfg.max_context, dtype, device)
         self.budget = StepBudget.for_model(cfg.budget, model)
-        self.elastic = ElasticFloor(load_or_measure_profile(model)) if cfg.elastic else None
+        self.elastic = (
+            ElasticFloor(load_or_measure_profile(model), slope_rows=FLOOR_SLOPE_ROWS)
+            if cfg.elastic
+            else None
+        )
         slack = self.budget.local.budget(1) + cfg.max_batch  # K + one root per request
         vocab = model.config.vocab_size
         self.admission = Admission(self.kv, tokenizer, vocab, cfg.max_batch, slack)
