@@ -10,17 +10,18 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``echo-rows``: the shipped ECHO with draft rows priced at their own fitted scale even below
   the whole verify pass's (``ElasticFloor(row_floor=0.25)``; the shipped floor never prices a
   row below the pass's scale ``s``, echo_scheduler.elastic).
-- ``echo-profile``: the shipped ECHO priced by a verify profile timed in interleaved rounds
-  (engine/budget.py ``measure_profile_rounds``, 9 rounds, measured once per process) instead
-  of the cached start-up profile, whose token counts are timed one after another.
-- ``echo-dense``: the same with the profile timed at every token count up to 24, then 28-128
-  (``DENSE_TOKENS``, 7 interleaved rounds, printed once): a CPU's verify cost is a staircase in
-  rows (oneDNN's few-row GEMMs), which the default points interpolate away.
-- ``echo-stairs``: a profile at every token count up to 8 (then 10-128, 7 interleaved rounds)
-  and the floor's slope averaged over at least ``STAIR_SLOPE_ROWS`` rows
-  (``ElasticFloor(slope_rows=...)``), so a one-row slope cannot land on a step.
-- ``echo-sparse``: the start-up profile's points until session 23 (1, 4, 8, ..., 128, timed in
-  9 interleaved rounds) and a one-row slope window: ECHO's pricing before the staircase default.
+- Profile arms (``PROFILE_ARMS``: token counts, interleaved rounds, the floor's slope window;
+  each profile timed once per process with engine/budget.py ``measure_profile_rounds`` and
+  printed): the shipped ECHO priced by another verify profile.
+
+  - ``echo-profile``: the start-up profile's points (``PROFILE_TOKENS``) in 9 rounds, with a
+    one-row slope window;
+  - ``echo-dense``: every token count up to 24, then 28-128, one-row window: a CPU's verify
+    cost is a staircase in rows (oneDNN's few-row GEMMs), and a one-row slope lands on its steps;
+  - ``echo-stairs``: every count up to 8, then 10-128, and the slope averaged over at least 6
+    rows (``ElasticFloor(slope_rows=...)``), the pricing the engine adopted in session 23;
+  - ``echo-sparse``: the start-up points until session 23 (1, 4, 8, ..., 128) with a one-row
+    window: ECHO's pricing before the staircase default.
 - ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
   (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
 - ``plain-nopad`` / ``echo-nopad``: plain decoding / the shipped ECHO on a second copy of the
@@ -78,63 +79,32 @@ ARMS = (
     "plain-nopad",
     "echo-nopad",
 )
-VARIANTS = (
-    "echo-z0",
-    "echo-priced",
-    "echo-rows",
-    "echo-profile",
-    "echo-dense",
-    "echo-stairs",
-    "echo-sparse",
-)  # built by _variant
+PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
+    "echo-profile": (PROFILE_TOKENS, 9, 1.0),
+    "echo-dense": ((*range(1, 25), 28, 32, 40, 48, 64, 96, 128), 7, 1.0),
+    # the staircase's step width on the EPYC (bench_row_staircase.py) as the slope window
+    "echo-stairs": ((*range(1, 9), 10, 12, 16, 24, 32, 48, 64, 96, 128), 7, 6.0),
+    "echo-sparse": ((1, 4, 8, 16, 32, 64, 128), 9, 1.0),  # the start-up points until session 23
+}
+"""Arm -> (profile token counts, interleaved rounds, the floor's ``slope_rows``)."""
+VARIANTS = ("echo-z0", "echo-priced", "echo-rows", *PROFILE_ARMS)  # built by _variant
 LOW_ROW_FLOOR = 0.25  # echo-rows
 PEERS = ("chain", "static", "eagle2", "global-topk")
 DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
 
-_PROFILE: list[ProfileCost] = []  # echo-profile's, measured once
-_DENSE: list[ProfileCost] = []  # echo-dense's, measured once
-DENSE_TOKENS = (*range(1, 25), 28, 32, 40, 48, 64, 96, 128)
-_STAIRS: list[ProfileCost] = []  # echo-stairs', measured once
-STAIR_TOKENS = (*range(1, 9), 10, 12, 16, 24, 32, 48, 64, 96, 128)
-STAIR_SLOPE_ROWS = 6.0  # the staircase's step width on the EPYC (bench_row_staircase.py)
-_SPARSE: list[ProfileCost] = []  # echo-sparse's, measured once
-SPARSE_TOKENS = (1, 4, 8, 16, 32, 64, 128)  # the start-up profile's points until session 23
+_PROFILES: dict[str, ProfileCost] = {}  # per profile arm, measured once
 
 
 def _variant(engine: Engine, arm: str) -> Engine:
-    if arm == "echo-profile":
-        if not _PROFILE:
-            seconds = measure_profile_rounds(engine.model, PROFILE_TOKENS, rounds=9)
-            tokens = tuple(float(t) for t in PROFILE_TOKENS)
-            _PROFILE.append(ProfileCost(tokens, tuple(seconds)))
-        engine.elastic = ElasticFloor(_PROFILE[0])
-        return engine
-    if arm == "echo-dense":
-        if not _DENSE:
-            seconds = measure_profile_rounds(engine.model, DENSE_TOKENS, rounds=7)
-            _DENSE.append(ProfileCost(tuple(float(t) for t in DENSE_TOKENS), tuple(seconds)))
-            print(
-                "dense profile ms:",
-                " ".join(f"{t}:{1000 * s:.1f}" for t, s in zip(DENSE_TOKENS, seconds, strict=True)),
-            )
-        engine.elastic = ElasticFloor(_DENSE[0])
-        return engine
-    if arm == "echo-stairs":
-        if not _STAIRS:
-            seconds = measure_profile_rounds(engine.model, STAIR_TOKENS, rounds=7)
-            _STAIRS.append(ProfileCost(tuple(float(t) for t in STAIR_TOKENS), tuple(seconds)))
-            print(
-                "stairs profile ms:",
-                " ".join(f"{t}:{1000 * s:.1f}" for t, s in zip(STAIR_TOKENS, seconds, strict=True)),
-            )
-        engine.elastic = ElasticFloor(_STAIRS[0], slope_rows=STAIR_SLOPE_ROWS)
-        return engine
-    if arm == "echo-sparse":
-        if not _SPARSE:
-            seconds = measure_profile_rounds(engine.model, SPARSE_TOKENS, rounds=9)
-            _SPARSE.append(ProfileCost(tuple(float(t) for t in SPARSE_TOKENS), tuple(seconds)))
-        engine.elastic = ElasticFloor(_SPARSE[0])
+    if arm in PROFILE_ARMS:
+        tokens, rounds, slope_rows = PROFILE_ARMS[arm]
+        if arm not in _PROFILES:
+            seconds = measure_profile_rounds(engine.model, tokens, rounds=rounds)
+            _PROFILES[arm] = ProfileCost(tuple(float(t) for t in tokens), tuple(seconds))
+            ms = " ".join(f"{t}:{1000 * s:.1f}" for t, s in zip(tokens, seconds, strict=True))
+            print(f"{arm} profile ms: {ms}")
+        engine.elastic = ElasticFloor(_PROFILES[arm], slope_rows=slope_rows)
         return engine
     if arm == "echo-rows":
         if engine.elastic is None:

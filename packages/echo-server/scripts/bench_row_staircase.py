@@ -3,8 +3,8 @@
 Two tables, one torch thread, medians over interleaved rounds (the order rotated each round):
 
 1. ``projections``: the model's projections of one name over all its layers (as a forward
-   streams them) for 1-8 rows, unpadded (``Linear.pad_to = ()``), ms per sweep; the engine's
-   chosen padding (model/linear.py ``row_paths``) beside them.
+   streams them) for 1-8 rows, packed and unpadded (model/linear.py ``sweep``), ms per sweep;
+   the engine's chosen padding (``row_paths``) beside them.
 2. ``verify``: a verify pass (forward + logits) of ``--batch`` requests (contexts 250 + 37 b)
    with 0..``--extra`` draft rows spread one per request, relative to the pass without drafts,
    with the engine's padding as loaded.
@@ -16,37 +16,24 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
 
 from echo_core.tree import make_tree
 from echo_server.bench.intervals import cpu_name
 from echo_server.kv import KVPool
 from echo_server.model import load_model_only
 from echo_server.model.attention import tree_row_mask
-from echo_server.model.linear import MAX_PADDED_ROWS, Linear
+from echo_server.model.linear import MAX_PADDED_ROWS, Linear, rotating_medians, sweep
 from echo_server.model.llama import LlamaModel
 
 NAMES = ("qkv", "o_proj", "gate_up", "down")
 
 
-def _medians(calls: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
-    """Median ms of each call over ``rounds`` rotated rounds, after one warm-up each."""
-    names = list(calls)
-    for name in names:
-        calls[name]()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            start = time.perf_counter()
-            calls[name]()
-            times[name].append(1000 * (time.perf_counter() - start))
-    return {n: statistics.median(t) for n, t in times.items()}
+def _ms(calls: dict[str, Callable[[], None]], rounds: int) -> dict[str, float]:
+    """Median ms of each call over ``rounds`` rotated rounds (linear.py ``rotating_medians``)."""
+    return {name: 1000 * s for name, s in rotating_medians(calls, rounds).items()}
 
 
 def projections(model: LlamaModel, rounds: int) -> None:
@@ -56,18 +43,8 @@ def projections(model: LlamaModel, rounds: int) -> None:
     calls: dict[str, Callable[[], None]] = {}
     for name, group in groups.items():
         for m in sizes:
-            x = torch.zeros(m, group[0].in_features)
-
-            def run(group: list[Linear] = group, x: Tensor = x) -> None:
-                saved = [lin.pad_to for lin in group]
-                for lin in group:
-                    lin.pad_to = ()
-                    lin(x)
-                for lin, pad in zip(group, saved, strict=True):
-                    lin.pad_to = pad
-
-            calls[f"{name}:{m}"] = run
-    ms = _medians(calls, rounds)
+            calls[f"{name}:{m}"] = sweep(group, torch.zeros(m, group[0].in_features), packed=True)
+    ms = _ms(calls, rounds)
     print("| projection | " + " | ".join(f"{m} rows" for m in sizes) + " | padding |")
     print("|---|" + "---:|" * len(sizes) + "---|")
     for name, group in groups.items():
@@ -108,7 +85,7 @@ def verify(model: LlamaModel, batch: int, extra: int, rounds: int) -> None:
     calls: dict[str, Callable[[], None]] = {}
     for n in range(extra + 1):
         calls[str(n)] = functools.partial(run, rows_for(n))
-    ms = _medians(calls, rounds)
+    ms = _ms(calls, rounds)
     base = ms["0"]
     cells = "  ".join(f"+{n}: {ms[str(n)] / base:.3f}" for n in range(extra + 1))
     print(f"batch {batch} (pass without drafts {base:.1f} ms): {cells}")

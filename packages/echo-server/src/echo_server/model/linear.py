@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -186,10 +187,10 @@ def row_paths(
     sweeps: dict[str, Callable[[], None]] = {}
     for m in sizes:
         x = torch.zeros(m, width, dtype=dtype)
-        sweeps[f"packed{m}"] = _sweep(group, x, packed=True)
+        sweeps[f"packed{m}"] = sweep(group, x, packed=True)
     if mode == "auto" and plain_left:
-        sweeps["plain"] = _sweep(group, torch.zeros(1, width, dtype=dtype), packed=False)
-    median = _rotating_medians(sweeps)
+        sweeps["plain"] = sweep(group, torch.zeros(1, width, dtype=dtype), packed=False)
+    median = rotating_medians(sweeps)
     packed = [median[f"packed{m}"] for m in sizes]
     pad_to = []
     for m in sizes:
@@ -211,8 +212,9 @@ def single_row_path(linears: Linear | Sequence[Linear], mode: str | None = None)
     return row_paths(linears, mode, pad="off").plain_single_row
 
 
-def _sweep(group: Sequence[Linear], x: Tensor, packed: bool) -> Callable[[], None]:
-    """One call of ``x`` through every Linear of ``group``, packed or on the plain weight."""
+def sweep(group: Sequence[Linear], x: Tensor, packed: bool) -> Callable[[], None]:
+    """One call of ``x`` through every Linear of ``group``, on the packed weight (never padded) or
+    on the plain one."""
 
     def run() -> None:
         for lin in group:
@@ -225,17 +227,23 @@ def _sweep(group: Sequence[Linear], x: Tensor, packed: bool) -> Callable[[], Non
     return run
 
 
-def _rotating_medians(calls: dict[str, Callable[[], None]]) -> dict[str, float]:
-    """Median wall time of each call over :data:`REPEATS` rounds, each round timing every call
-    once with the order rotated by one, after one warm-up call of each."""
+K = TypeVar("K", bound=Hashable)
+
+
+def rotating_medians(
+    calls: Mapping[K, Callable[[], None]], rounds: int = REPEATS
+) -> dict[K, float]:
+    """Median wall seconds of each call over ``rounds`` rounds, each round timing every call once
+    with the order rotated by one, after one warm-up call of each (the upper median for an even
+    ``rounds``)."""
     names = list(calls)
     for name in names:
         calls[name]()
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(REPEATS):
+    times: dict[K, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
         k = r % len(names)
         for name in names[k:] + names[:k]:
             start = time.perf_counter()
             calls[name]()
             times[name].append(time.perf_counter() - start)
-    return {name: sorted(t)[REPEATS // 2] for name, t in times.items()}
+    return {name: sorted(t)[rounds // 2] for name, t in times.items()}
