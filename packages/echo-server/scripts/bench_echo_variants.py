@@ -22,6 +22,9 @@ Arms (every one the embedded default engine; only the named piece differs):
     rows (``ElasticFloor(slope_rows=...)``), the pricing the engine adopted in session 23;
   - ``echo-sparse``: the start-up points until session 23 (1, 4, 8, ..., 128) with a one-row
     window: ECHO's pricing before the staircase default.
+- ``echo-explore``: the shipped ECHO with sampled exploration: a step its mode chooser drafts
+  only to learn expands the roots of ``EXPLORE_ROOTS`` live requests, not all
+  (``EchoPolicy(explore_roots=...)``, echo_scheduler/policies/echo.py).
 - ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
   (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
 - ``plain-nopad`` / ``echo-nopad``: plain decoding / the shipped ECHO on a second copy of the
@@ -78,6 +81,7 @@ ARMS = (
     "echo-bfloat16",
     "plain-nopad",
     "echo-nopad",
+    "echo-explore",
 )
 PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-profile": (PROFILE_TOKENS, 9, 1.0),
@@ -87,8 +91,9 @@ PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-sparse": ((1, 4, 8, 16, 32, 64, 128), 9, 1.0),  # the start-up points until session 23
 }
 """Arm -> (profile token counts, interleaved rounds, the floor's ``slope_rows``)."""
-VARIANTS = ("echo-z0", "echo-priced", "echo-rows", *PROFILE_ARMS)  # built by _variant
+VARIANTS = ("echo-z0", "echo-priced", "echo-rows", "echo-explore", *PROFILE_ARMS)  # _variant
 LOW_ROW_FLOOR = 0.25  # echo-rows
+EXPLORE_ROOTS = 4  # echo-explore
 PEERS = ("chain", "static", "eagle2", "global-topk")
 DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
@@ -118,6 +123,8 @@ def _variant(engine: Engine, arm: str) -> Engine:
         policy.ledger.z = 0.0
         if policy.shallow_ledger is not None:
             policy.shallow_ledger.z = 0.0
+    elif arm == "echo-explore":
+        policy.explore_roots = EXPLORE_ROOTS
     elif arm == "echo-priced":
         observe = policy.observe
 

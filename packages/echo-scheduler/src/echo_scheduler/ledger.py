@@ -232,24 +232,38 @@ class ModeChooser:
     full: DraftLedger
     shallow: DraftLedger
     _clocks: dict[tuple[str, int], _Clock] = field(default_factory=dict)
+    exploring: bool = False
+    """Whether the last :meth:`choose` drafts to learn rather than because drafting is expected
+    to pay: the mode's first ``min_drafted`` steps in a bucket, or a probe of a losing mode."""
 
     def choose(self, live: int, call_price: float) -> Mode:
-        """This step's mode (class docstring); advances the probe clocks."""
+        """This step's mode (class docstring); advances the probe clocks and sets
+        :attr:`exploring`."""
+        self.exploring = False
+        return self._choose(live, call_price)
+
+    def _choose(self, live: int, call_price: float) -> Mode:
         if live <= 0:
             return "plain"
         g_full, g_shallow = self.full.gain(live, call_price), self.shallow.gain(live, call_price)
         if g_full is None:
+            self.exploring = True
             return "full"
         bucket = DraftLedger.bucket(live)
         if g_shallow is None:
             low = self.full.gain(live, call_price, -self.full.z)
             if low is None or low < 0 or self._due("shallow", bucket):
+                self.exploring = True
                 return "shallow"  # full drafting barely pays: measure depth 1 (or its probe)
             return "full"
-        if max(g_full, g_shallow) < 0:
+        if max(g_full, g_shallow) < 0:  # both lose: a drafted step here is a probe
+            mode: Mode = "plain"
             if self.full.should_draft(live, call_price):
-                return "full"
-            return "shallow" if self.shallow.should_draft(live, call_price) else "plain"
+                mode = "full"
+            elif self.shallow.should_draft(live, call_price):
+                mode = "shallow"
+            self.exploring = mode != "plain"
+            return mode
         mean_full, mean_shallow = (
             self.full.gain(live, call_price, 0.0),
             self.shallow.gain(live, call_price, 0.0),
@@ -259,7 +273,10 @@ class ModeChooser:
         best: Mode = "full" if mean_full >= mean_shallow else "shallow"
         other: Mode = "shallow" if best == "full" else "full"
         self._clocks[(best, bucket)] = _Clock()  # the winner's clock restarts
-        return other if self._due(other, bucket) else best
+        if self._due(other, bucket):
+            self.exploring = True
+            return other
+        return best
 
     def _ledger(self, mode: Mode) -> DraftLedger:
         return self.full if mode == "full" else self.shallow

@@ -67,6 +67,15 @@ With ``batch.row_price`` (and maps) the selection is finally cut to the rows wor
 time at this step's size (:func:`echo_scheduler.cut.exact_cut`): the floor prices a row from
 recent steps, the cut from the rows actually selected.
 
+Sampled exploration (``explore_roots = S > 0``, optional). A step the mode chooser drafts only
+to learn (:attr:`~echo_scheduler.ledger.ModeChooser.exploring`: a mode's first steps in a load
+bucket, or a probe while drafting loses) expands the roots of at most S live requests, those
+whose serials hash lowest (:func:`explore_sample`), instead of every live root. The ledger's
+value is per root expanded (``v = V / R``, R = S), so the estimate is the same in expectation;
+what changes is the price of learning: the drafter runs for S requests, and the others' head
+rows stay queued (a request that finishes undrafted never runs them). Where drafting pays the
+mode is chosen to pay, not to learn, and every live root is expanded as before.
+
 Request history (``echo_history``, optional). With a :class:`~echo_scheduler.history.
 RequestHistory` and the engine's request serials (``batch.requests``), every key of request r is
 rescaled to ``min(1, f_r u'_i)``, f_r its realised over predicted acceptance of recent steps
@@ -147,15 +156,20 @@ class EchoPolicy(BasePolicy):
         history: RequestHistory | None = None,
         aging: int = 0,
         slack: bool = False,
+        explore_roots: int = 0,
     ) -> None:
         """``learn_drafting``: keep a :class:`DraftLedger` of priced steps (module docstring);
         False is ECHO without it (an ablation). ``history``: rescale each request's keys by its
         realised acceptance (module docstring). ``aging``: steps without a verified row after
         which a request's best depth-1 node is selected first (0: never; module docstring).
         ``slack``: a gate's truncation binds only while the budget is full (module
-        docstring)."""
+        docstring). ``explore_roots``: a step the mode chooser drafts only to learn (its
+        ``exploring``) expands at most this many roots, a fixed sample of the live requests
+        (module docstring; 0: every live root)."""
         if aging < 0 or (aging and reserve_base):
             raise PolicyError(f"aging must be >= 0 steps and excludes reserve_base, got {aging}")
+        if explore_roots < 0:
+            raise PolicyError(f"explore_roots must be >= 0, got {explore_roots}")
         if slack and reserve_base:
             raise PolicyError("slack excludes reserve_base (the base is drafted for every request)")
         super().__init__()
@@ -180,6 +194,7 @@ class EchoPolicy(BasePolicy):
         self._factor_max = 1.0  # the largest f_r this step (the pre-check's optimism)
         self.aging = aging
         self.slack = slack
+        self.explore_roots = explore_roots
         self._starved: dict[int, int] = {}  # serial -> consecutive steps without a verified row
         self._presence = Presence()  # when to forget a request's count
         self._aged: Tensor | None = None  # [B] bool, this step's aged requests (None: none)
@@ -234,14 +249,18 @@ class EchoPolicy(BasePolicy):
                 self.step_modes["floor"] += 1
         self._live = live
         self._shallow = False
+        drafting = batch.max_nodes > 0
         if width and is_priced and self.modes is not None:
             mode = self.modes.choose(live, self._depth_price())
             self._shallow = mode == "shallow"  # depth 1 paid more lately
             if mode == "plain":
                 width = 0  # drafting lost lately at this load: plain decoding (probes aside)
             self._roots = live if width else 0  # a drafted step the ledger will record
+            if width and self.modes.exploring and 0 < self.explore_roots < live:
+                drafting = explore_sample(batch, drafting, self.explore_roots)
+                self._roots = self.explore_roots
             self.step_modes[mode] += 1
-        return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
+        return DraftPlan.roots(torch.where(drafting, width, 0))
 
     def _best_first(self, maps: AcceptanceMaps, device: torch.device) -> float:
         """``m_1(0)`` (:func:`best_first_value`), once per set of maps."""
@@ -655,6 +674,27 @@ class EchoPolicy(BasePolicy):
         key = self.key(pool, ix)
         order = self._order(pool, ix, key_order(key, path_score(pool)), key)
         return torch.where(order.eligible, order.tier, -1)
+
+
+EXPLORE_HASH = 0x9E3779B1
+"""Multiplier of the explore sample's hash of a request serial (Fibonacci hashing, mod 2^32)."""
+
+
+def explore_sample(batch: StepBatch, live: Tensor, roots: int) -> Tensor:
+    """The ``roots`` live requests (``live`` [B] bool) whose serials hash lowest,
+    ``h(s) = (s * EXPLORE_HASH) mod 2^32``, as a [B] bool mask on ``live``'s device; the first
+    ``roots`` live ones in batch order when the step has no serials. A request keeps its place
+    in the sample for as long as it lives and no lower hash arrives, so the head catches up the
+    same few requests step after step (module docstring: sampled exploration)."""
+    live_host = live.cpu()
+    if batch.requests is None:
+        order = torch.arange(live_host.numel())
+    else:
+        order = (batch.requests * EXPLORE_HASH) % (1 << 32)
+    order = torch.where(live_host, order, torch.iinfo(torch.int64).max)
+    chosen = torch.zeros_like(live_host)
+    chosen[torch.argsort(order, stable=True)[:roots]] = True
+    return (chosen & live_host).to(live.device)
 
 
 def priced(batch: StepBatch) -> bool:
