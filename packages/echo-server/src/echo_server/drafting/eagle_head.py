@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from echo_server.model.linear import Linear, packing_available
+from echo_server.model.rope import rotate
 
 HEAD_FORMAT = "echo-eagle-head/1"
 
@@ -101,14 +102,20 @@ class RMSNorm(nn.Module):
         return self.weight * xf.to(x.dtype)
 
 
-def rope(x: Tensor, positions: Tensor, theta: float) -> Tensor:
-    """Rotate-half RoPE of ``x`` [..., heads, D] at ``positions`` [...] int64 (HF Llama layout)."""
-    dim = x.shape[-1]
-    inv = theta ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=x.device) / dim)
+def rope_tables(
+    positions: Tensor, dim: int, theta: float, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """``cos`` and ``sin`` [..., 1, D/2] of the angles ``p theta^(-2i/D)`` at ``positions`` [...]
+    (computed in float32, returned in ``dtype``), shared by every head's rotation."""
+    inv = theta ** (-torch.arange(0, dim, 2, dtype=torch.float32, device=positions.device) / dim)
     ang = positions.to(torch.float32)[..., None] * inv  # [..., D/2]
-    cos, sin = ang.cos().unsqueeze(-2).to(x.dtype), ang.sin().unsqueeze(-2).to(x.dtype)
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return ang.cos().unsqueeze(-2).to(dtype), ang.sin().unsqueeze(-2).to(dtype)
+
+
+def rope(x: Tensor, positions: Tensor, theta: float) -> Tensor:
+    """Rotate-half RoPE of ``x`` [..., heads, D] at ``positions`` [...] int64 (HF Llama layout;
+    the rotation is :func:`~echo_server.model.rope.rotate`)."""
+    return rotate(x, *rope_tables(positions, x.shape[-1], theta, x.dtype))
 
 
 class EagleHead(nn.Module):
@@ -231,8 +238,9 @@ class EagleHead(nn.Module):
         qkv = self._projections().qkv(self.attn_norm(x))
         q, k, v = torch.split(qkv, [q_out, kv_out, kv_out], dim=-1)
         lead = x.shape[:-1]
-        q = rope(q.reshape(*lead, c.num_heads, c.head_dim), positions, c.rope_theta)
-        k = rope(k.reshape(*lead, c.num_kv_heads, c.head_dim), positions, c.rope_theta)
+        cos, sin = rope_tables(positions, c.head_dim, c.rope_theta, qkv.dtype)  # once for q, k
+        q = rotate(q.reshape(*lead, c.num_heads, c.head_dim), cos, sin)
+        k = rotate(k.reshape(*lead, c.num_kv_heads, c.head_dim), cos, sin)
         return q, k, v.reshape(*lead, c.num_kv_heads, c.head_dim)
 
     def finish(self, x: Tensor, attn: Tensor) -> Tensor:

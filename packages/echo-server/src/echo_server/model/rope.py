@@ -76,6 +76,7 @@ class RotaryTable:
 
 
 def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """``[x1 cos - x2 sin, x2 cos + x1 sin]`` for ``x`` [R, heads, D], cos/sin [R, 1, D/2]."""
+    """``[x1 cos - x2 sin, x2 cos + x1 sin]`` for ``x`` [..., heads, D], cos/sin [..., 1, D/2]
+    (the target's rows [R, heads, D]; the draft head's any leading shape)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
