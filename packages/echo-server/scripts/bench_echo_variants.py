@@ -25,6 +25,9 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``echo-explore``: the shipped ECHO with sampled exploration: a step its mode chooser drafts
   only to learn expands the roots of ``EXPLORE_ROOTS`` live requests, not all
   (``EchoPolicy(explore_roots=...)``, echo_scheduler/policies/echo.py).
+- ``echo-pending``: the shipped ECHO whose EAGLE head queues up to ``LONG_PENDING`` committed
+  rows per request before running them undrafted (``EagleDrafter.max_pending``; the default,
+  ``MAX_PENDING``, is 256): a request that is never drafted then never runs its rows.
 - ``echo-float32`` / ``echo-bfloat16``: the shipped ECHO with the EAGLE head run in that dtype
   (``ECHO_DRAFT_DTYPE``, drafting/eagle_drafter.py; ``echo`` runs the machine's default).
 - ``plain-nopad`` / ``echo-nopad``: plain decoding / the shipped ECHO on a second copy of the
@@ -64,6 +67,7 @@ from echo_server.bench.workloads import load_workloads
 from echo_server.cli import build_parser
 from echo_server.cli.bench import _factory
 from echo_server.cli.options import load
+from echo_server.drafting.eagle_drafter import EagleDrafter
 from echo_server.engine import Engine
 from echo_server.engine.budget import PROFILE_TOKENS, measure_profile_rounds
 
@@ -82,6 +86,7 @@ ARMS = (
     "plain-nopad",
     "echo-nopad",
     "echo-explore",
+    "echo-pending",
 )
 PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-profile": (PROFILE_TOKENS, 9, 1.0),
@@ -91,9 +96,10 @@ PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-sparse": ((1, 4, 8, 16, 32, 64, 128), 9, 1.0),  # the start-up points until session 23
 }
 """Arm -> (profile token counts, interleaved rounds, the floor's ``slope_rows``)."""
-VARIANTS = ("echo-z0", "echo-priced", "echo-rows", "echo-explore", *PROFILE_ARMS)  # _variant
+VARIANTS = ("echo-z0", "echo-priced", "echo-rows", "echo-explore", "echo-pending", *PROFILE_ARMS)
 LOW_ROW_FLOOR = 0.25  # echo-rows
 EXPLORE_ROOTS = 4  # echo-explore
+LONG_PENDING = 4096  # echo-pending
 PEERS = ("chain", "static", "eagle2", "global-topk")
 DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
@@ -110,6 +116,12 @@ def _variant(engine: Engine, arm: str) -> Engine:
             ms = " ".join(f"{t}:{1000 * s:.1f}" for t, s in zip(tokens, seconds, strict=True))
             print(f"{arm} profile ms: {ms}")
         engine.elastic = ElasticFloor(_PROFILES[arm], slope_rows=slope_rows)
+        return engine
+    if arm == "echo-pending":
+        drafter = engine.drafter
+        if not isinstance(drafter, EagleDrafter):
+            raise TypeError("echo-pending needs the EAGLE drafter")
+        drafter.max_pending = LONG_PENDING
         return engine
     if arm == "echo-rows":
         if engine.elastic is None:
