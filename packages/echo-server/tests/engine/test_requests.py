@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+import torch
 
 from echo_core.errors import SamplingParamsError
 from echo_core.sampling import SamplingParams
@@ -152,3 +153,33 @@ def test_a_request_whose_step_fails_finishes_alone_with_an_error(
         assert engine.pop_finished(rid).output_ids == clean[rid]
     assert engine.pop_finished("b").finish_reason is FinishReason.ERROR
     assert engine.kv.num_free == engine.kv.num_slots  # the failed steps' slots came back
+
+
+def test_a_step_runs_in_inference_mode_and_its_state_works_between_steps(
+    smollm: LoadedModel,
+) -> None:
+    """Engine.step runs the policy, the drafter and the model in inference mode (README: the
+    step's small ops skip autograd); between steps, outside it, the engine still admits,
+    cancels and reports."""
+    engine = _engine(smollm)
+    seen: list[bool] = []
+    begin = engine.policy.begin_step
+
+    def spy(batch: Any) -> Any:
+        seen.append(torch.is_inference_mode_enabled())
+        return begin(batch)
+
+    engine.policy.begin_step = spy  # type: ignore[method-assign]
+    params = SamplingParams(temperature=0.0, max_tokens=6)
+    engine.submit(GenerationRequest("a", prompt=PROMPT, params=params))
+    engine.submit(GenerationRequest("b", prompt=PROMPT, params=params))
+    engine.step()
+    engine.step()
+    assert not torch.is_inference_mode_enabled()
+    assert seen
+    assert all(seen)
+    cancelled = engine.cancel("b")  # state created inside a step, changed outside one
+    assert cancelled is not None
+    out = _run(engine, GenerationRequest("c", prompt=PROMPT, params=params))
+    assert len(out["c"]) == 6
+    assert len(engine.pop_finished("a").output_ids) == 6
