@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from echo_server.bench.intervals import cpu_name
 from echo_server.cli import build_parser
@@ -45,14 +44,7 @@ def head_call(drafter: EagleDrafter, rows: int) -> Callable[[], None]:
         with torch.inference_mode():
             x = head.fuse(feats[:, :h], tokens, aux)
             q, _, _ = head.project(x, positions)
-            attn = F.scaled_dot_product_attention(
-                q.transpose(0, 1),
-                k_ctx.transpose(0, 1),
-                v_ctx.transpose(0, 1),
-                attn_mask=mask,
-                enable_gqa=True,
-            ).transpose(0, 1)
-            out = head.finish(x, attn.reshape(rows, -1))
+            out = head.finish(x, drafter._attend(q, k_ctx, v_ctx, mask))  # the drafter's own
             torch.log_softmax(head.logits(out).float(), dim=-1)
 
     return call
