@@ -24,6 +24,7 @@ from echo_server.model.attention import (
     tree_row_mask,
 )
 from echo_server.model.kernels_attention import KernelsAttention
+from echo_server.model.kv_mirror import MirrorConfig
 from echo_server.model.torch_attention import DensePlan, GroupedPlan, TorchAttention, split_roots
 
 HEADS, KV_HEADS, DIM, SLOTS = 4, 2, 8, 64
@@ -89,9 +90,10 @@ def run(
 BACKENDS: list[AttentionBackend[Any]] = [
     TorchAttention(),
     TorchAttention(group_rows=False),
+    TorchAttention(mirror=MirrorConfig(1, KV_HEADS * DIM * 4)),
     KernelsAttention(backend="torch"),
 ]
-BACKEND_IDS = ["torch", "torch_dense", "echo_kernels"]
+BACKEND_IDS = ["torch", "torch_dense", "torch_mirror", "echo_kernels"]
 CASES = {
     "decode_equal_context": ([5, 5, 5], [1, 1, 1]),
     "decode_ragged_context": ([3, 9, 0], [1, 1, 1]),

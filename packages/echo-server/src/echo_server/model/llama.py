@@ -25,6 +25,7 @@ from torch import Tensor
 
 from echo_server.model.attention import AttentionBackend, AttentionBatch
 from echo_server.model.config import ModelConfig
+from echo_server.model.kv_mirror import MirrorConfig
 from echo_server.model.linear import Linear, RowPaths, row_paths
 from echo_server.model.rope import RotaryTable, rotate
 from echo_server.model.torch_attention import TorchAttention
@@ -88,7 +89,10 @@ class LlamaModel:
             raise ValueError(f"{len(weights.layers)} layers of weights, config says {config}")
         self.config = config
         self.weights = weights
-        self.attention: AttentionBackend[Any] = attention or TorchAttention()
+        row_bytes = config.num_kv_heads * config.head_dim * weights.embed.element_size()
+        self.attention: AttentionBackend[Any] = attention or TorchAttention(
+            mirror=MirrorConfig(config.num_layers, row_bytes)
+        )
         self.rope = RotaryTable(
             config, weights.embed.dtype, weights.embed.device, weights.rope_freq_divisors
         )

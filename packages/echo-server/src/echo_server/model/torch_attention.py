@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from echo_server.model.attention import NULL_SLOT, AttentionBatch
+from echo_server.model.kv_mirror import MirrorConfig, MirrorCopies, MirrorState, stale_columns
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,22 +94,63 @@ class GroupedPlan:
     num_rows: int
 
 
+@dataclass(frozen=True, slots=True)
+class LaneGroup:
+    """Requests on lanes ``lo..lo + plan.batch_size - 1`` of the mirrors, planned densely in lane
+    order (lanes outside the group as empty requests). ``rows``: [R_g] int64, the forward's
+    packed rows in the plan's order; None when that is every row in the forward's order."""
+
+    plan: DensePlan
+    lo: int
+    rows: Tensor | None
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorPlan:
+    """A forward that reads (some of) its requests' K/V from the lane mirrors: the columns to
+    copy in every layer, the mirrored groups, and the groups gathered from the pool (lanes too
+    scattered to read as one range)."""
+
+    state: MirrorState
+    copies: MirrorCopies
+    lanes: tuple[LaneGroup, ...]
+    pooled: GroupedPlan | None
+
+
 class TorchAttention:
     """Plain torch implementation of :class:`~echo_server.model.attention.AttentionBackend`."""
 
-    def __init__(self, group_rows: bool = True) -> None:
+    def __init__(self, group_rows: bool = True, mirror: MirrorConfig | None = None) -> None:
+        """``mirror``: read K/V from per-request lane mirrors
+        (:mod:`echo_server.model.kv_mirror`); None: every layer gathers from the pool."""
         self.group_rows = group_rows
+        self.mirror = mirror
+        self._states: dict[int, MirrorState] = {}
 
-    def plan(self, batch: AttentionBatch) -> DensePlan | GroupedPlan:
-        if self.group_rows:
-            groups = split_roots(batch.rows_host)
-            if groups is not None:
-                return _grouped_plan(batch, groups)
+    def plan(self, batch: AttentionBatch) -> DensePlan | GroupedPlan | MirrorPlan:
+        groups = split_roots(batch.rows_host) if self.group_rows else None
+        if self.mirror is not None:
+            members = groups or [list(range(batch.batch_size))]
+            mirrored = _mirror_plan(batch, members, self._state(batch.slot_table, self.mirror))
+            if mirrored is not None:
+                return mirrored
+        if groups is not None:
+            return _grouped_plan(batch, groups)
         return _dense_plan(batch)
+
+    def _state(self, table: Tensor, config: MirrorConfig) -> MirrorState:
+        """The mirrors of the pool that owns ``table`` (made on first use; those of pools that
+        no longer exist are dropped)."""
+        for key in [k for k, s in self._states.items() if s.table() is None]:
+            del self._states[key]
+        state = self._states.get(id(table))
+        if state is None or state.table() is not table:
+            state = self._states[id(table)] = MirrorState.new(table, config)
+        return state
 
     def attend(
         self,
-        plan: DensePlan | GroupedPlan,
+        plan: DensePlan | GroupedPlan | MirrorPlan,
         q: Tensor,  # [R, H, D]
         k_new: Tensor,  # [R, Hkv, D] (unused: read back from the pool)
         v_new: Tensor,  # [R, Hkv, D] (unused)
@@ -118,10 +160,26 @@ class TorchAttention:
     ) -> Tensor:
         if isinstance(plan, DensePlan):
             return _attend_dense(plan, q, k_cache, v_cache, scale)
-        out = q.new_empty(plan.num_rows, q.shape[1], q.shape[2])
-        for rows, sub in zip(plan.rows, plan.plans, strict=True):
-            part = _attend_dense(sub, q.index_select(0, rows), k_cache, v_cache, scale)
-            out.index_copy_(0, rows, part)
+        out = q.new_empty(q.shape[0], q.shape[1], q.shape[2])
+        if isinstance(plan, MirrorPlan):
+            mk, mv = plan.state.next_layer(k_cache, v_cache)
+            plan.copies.apply(mk, k_cache)
+            plan.copies.apply(mv, v_cache)
+            for lane in plan.lanes:
+                c = lane.plan.kv_index.shape[1]
+                view = slice(lane.lo, lane.lo + lane.plan.batch_size)
+                k, v = mk[view, :, :c], mv[view, :, :c]
+                if lane.rows is None:
+                    return _sdpa_dense(lane.plan, q, k, v, scale)
+                part = _sdpa_dense(lane.plan, q.index_select(0, lane.rows), k, v, scale)
+                out.index_copy_(0, lane.rows, part)
+            pooled = plan.pooled
+        else:
+            pooled = plan
+        if pooled is not None:
+            for rows, sub in zip(pooled.rows, pooled.plans, strict=True):
+                part = _attend_dense(sub, q.index_select(0, rows), k_cache, v_cache, scale)
+                out.index_copy_(0, rows, part)
         return out
 
 
@@ -140,6 +198,102 @@ def split_roots(rows: tuple[int, ...]) -> list[list[int]] | None:
     if 2 * (len(ones) + len(more) * width) >= len(rows) * width:
         return None
     return [ones, more]
+
+
+def _mirror_plan(
+    batch: AttentionBatch, groups: list[list[int]], state: MirrorState
+) -> MirrorPlan | None:
+    """Read every group of requests whose lanes form a range with few gaps (at most a quarter
+    of its requests, or one) from the mirrors, the others from the pool; None when no group is
+    mirrored (then the mirrors only forget the new rows of the lanes read from the pool)."""
+    if state.in_flight:
+        state.forget()
+    lanes = batch.req_rows.tolist()
+    context = [c + r for c, r in zip(batch.cache_len_host, batch.rows_host, strict=True)]
+    tight: list[list[int]] = []
+    loose: list[list[int]] = []
+    for members in groups:
+        own = [lanes[b] for b in members]
+        gaps = max(own) - min(own) + 1 - len(members)
+        (tight if gaps <= max(1, len(members) // 4) else loose).append(members)
+    if tight:
+        need_lanes = max(lanes[b] for m in tight for b in m) + 1
+        need_cols = max(context[b] for m in tight for b in m)
+        if not state.reserve(need_lanes, need_cols):
+            tight, loose = [], groups
+    for members in loose:  # new rows read from the pool are not mirrored
+        own = [lanes[b] for b in members if lanes[b] < state.lanes]
+        if own:
+            index = torch.tensor(own, dtype=torch.int64, device=state.valid_upto.device)
+            cache = torch.tensor(
+                [batch.cache_len_host[b] for b in members if lanes[b] < state.lanes]
+            )
+            upto = torch.minimum(state.valid_upto.index_select(0, index), cache.to(index.device))
+            state.valid_upto.index_copy_(0, index, upto)
+    if not tight:
+        return None
+    planned = [_lane_group(batch, members, lanes, state) for members in tight]
+    parts = [copies for _, copies in planned]
+    copies = parts[0]
+    if len(parts) > 1:
+        copies = MirrorCopies(
+            *(torch.cat(t) for t in zip(*((p.lanes, p.cols, p.slots) for p in parts), strict=True))
+        )
+    pooled = _grouped_plan(batch, loose) if loose else None
+    state.begin()
+    return MirrorPlan(state, copies, tuple(group for group, _ in planned), pooled)
+
+
+def _lane_group(
+    batch: AttentionBatch, members: list[int], lanes: list[int], state: MirrorState
+) -> tuple[LaneGroup, MirrorCopies]:
+    """``members`` (indices into ``batch``) planned over their lane range, and the columns of
+    those lanes the forward copies (:func:`~echo_server.model.kv_mirror.stale_columns`)."""
+    dev = batch.cu_rows.device
+    order = sorted(members, key=lambda b: lanes[b])
+    lo = lanes[order[0]]
+    span = lanes[order[-1]] - lo + 1
+    by_lane = {lanes[b]: b for b in order}
+    starts = [0, *itertools.accumulate(batch.rows_host)]  # host copy of cu_rows
+    counts: list[int] = []
+    caches: list[int] = []
+    packed: list[int] = []
+    present: list[bool] = []
+    for lane in range(lo, lo + span):
+        b = by_lane.get(lane)
+        present.append(b is not None)
+        counts.append(0 if b is None else batch.rows_host[b])
+        caches.append(0 if b is None else batch.cache_len_host[b])
+        if b is not None:
+            packed.extend(range(starts[b], starts[b + 1]))
+    identity = order == list(range(batch.batch_size)) and span == batch.batch_size
+    rows = None if identity else torch.tensor(packed, dtype=torch.int64, device=dev)
+    width = max(counts)
+    new_mask = batch.new_mask
+    if rows is not None:
+        write = batch.write_slots.index_select(0, rows)
+        if new_mask is not None:
+            new_mask = new_mask[rows, :width]
+    else:
+        write = batch.write_slots
+    cache = torch.tensor(caches, dtype=torch.int64, device=dev)
+    new = torch.tensor(counts, dtype=torch.int64, device=dev)
+    cu = torch.zeros(span + 1, dtype=torch.int64, device=dev)
+    cu[1:] = torch.cumsum(new, 0)
+    sub = AttentionBatch(
+        cu_rows=cu,
+        cache_len=cache,
+        req_rows=torch.arange(lo, lo + span, dtype=torch.int64, device=dev),
+        slot_table=batch.slot_table,
+        write_slots=write,
+        new_mask=new_mask,
+        rows_host=tuple(counts),
+        cache_len_host=tuple(caches),
+    )
+    plan = _dense_plan(sub)
+    mask = torch.tensor(present, dtype=torch.bool, device=dev)
+    copies = stale_columns(state, lo, plan.kv_index, cache, cache + new, mask)
+    return LaneGroup(plan, lo, rows), copies
 
 
 def _grouped_plan(batch: AttentionBatch, groups: list[list[int]]) -> GroupedPlan:
@@ -216,10 +370,26 @@ def _attend_dense(
     v_cache: Tensor,  # [S, Hkv, D]
     scale: float,
 ) -> Tensor:
+    """Gather the context from the pool, then :func:`_sdpa_dense`: [R, H, D]."""
+    b, c = plan.kv_index.shape
+    kv_heads, dim = k_cache.shape[1], k_cache.shape[2]
+    flat = plan.kv_index.reshape(-1)
+    k = torch.index_select(k_cache, 0, flat).view(b, c, kv_heads, dim).transpose(1, 2)
+    v = torch.index_select(v_cache, 0, flat).view(b, c, kv_heads, dim).transpose(1, 2)
+    return _sdpa_dense(plan, q, k, v, scale)
+
+
+def _sdpa_dense(
+    plan: DensePlan,
+    q: Tensor,  # [R, H, D]
+    k: Tensor,  # [B, Hkv, C, D], any strides
+    v: Tensor,  # [B, Hkv, C, D]
+    scale: float,
+) -> Tensor:
     """One SDPA over the dense layout ``plan`` (module docstring): [R, H, D]."""
     b, w = plan.batch_size, plan.max_rows
     heads, dim = q.shape[1], q.shape[2]
-    kv_heads = k_cache.shape[1]
+    kv_heads = k.shape[1]
     group = heads // kv_heads  # query heads per KV head (GQA)
     if plan.row_req is None:
         q_dense = q.view(b, w, heads, dim)
@@ -233,10 +403,6 @@ def _attend_dense(
         .permute(0, 2, 3, 1, 4)
         .reshape(b, kv_heads, group * w, dim)
     )
-    flat = plan.kv_index.reshape(-1)
-    c = plan.kv_index.shape[1]
-    k = torch.index_select(k_cache, 0, flat).view(b, c, kv_heads, dim).transpose(1, 2)
-    v = torch.index_select(v_cache, 0, flat).view(b, c, kv_heads, dim).transpose(1, 2)
     mask = plan.sdpa_mask(group, q.dtype)  # [B, 1, gW, C] additive, built once per plan
     out = F.scaled_dot_product_attention(q_grouped, k, v, attn_mask=mask, scale=scale)
     out = out.view(b, kv_heads, group, w, dim).permute(0, 3, 1, 2, 4).reshape(b, w, heads, dim)
