@@ -33,6 +33,9 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``plain-nopad`` / ``echo-nopad``: plain decoding / the shipped ECHO on a second copy of the
   model loaded with ``ECHO_LINEAR_PAD=off`` (few-row projections never padded:
   echo_server/model/linear.py), for the effect of padding on both.
+- ``plain-gather`` / ``echo-gather``: plain decoding / the shipped ECHO on a copy of the model
+  (same weights) whose attention gathers every request's context from the KV pool in every layer
+  (``TorchAttention()`` without lane mirrors, as before session 25: model/kv_mirror.py).
 - ``POLICY@K`` (any arm above, or ``chain``, ``static``, ``eagle2``, ``global-topk``): that arm
   with verify budget K instead of the default 16, for a peer's best-budget sweep, e.g.
   ``--arms plain echo chain@8 chain@16 chain@32 eagle2@8 eagle2@16 eagle2@32``.
@@ -52,6 +55,8 @@ equalled plain decoding's. For ECHO arms it adds how their steps were decided ov
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import os
 from pathlib import Path
 
@@ -70,6 +75,7 @@ from echo_server.cli.options import load
 from echo_server.drafting.eagle_drafter import EagleDrafter
 from echo_server.engine import Engine
 from echo_server.engine.budget import PROFILE_TOKENS, measure_profile_rounds
+from echo_server.model.torch_attention import TorchAttention
 
 ARMS = (
     "plain",
@@ -87,6 +93,8 @@ ARMS = (
     "echo-nopad",
     "echo-explore",
     "echo-pending",
+    "plain-gather",
+    "echo-gather",
 )
 PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-profile": (PROFILE_TOKENS, 9, 1.0),
@@ -176,7 +184,8 @@ def main() -> None:
         argv += ["--prompts", str(a.prompts)]
     args = build_parser().parse_args(argv)
     workloads = load_workloads(args.workloads, a.num_prompts, args.prompts)
-    make = _factory(load(args), args, workloads)
+    loaded = load(args)
+    make = _factory(loaded, args, workloads)
     make_nopad = None
     if any(arm.endswith("-nopad") for arm in a.arms):
         os.environ["ECHO_LINEAR_PAD"] = "off"
@@ -184,6 +193,12 @@ def main() -> None:
             make_nopad = _factory(load(args), args, workloads)
         finally:
             del os.environ["ECHO_LINEAR_PAD"]
+
+    make_gather = None
+    if any(arm.endswith("-gather") for arm in a.arms):
+        gathering = copy.copy(loaded.model)  # same weights, its own attention backend
+        gathering.attention = TorchAttention()
+        make_gather = _factory(dataclasses.replace(loaded, model=gathering), args, workloads)
 
     made: dict[str, list[Engine]] = {}
 
@@ -194,9 +209,10 @@ def main() -> None:
         default_budget, args.budget = args.budget, int(budget) if budget else args.budget
         try:
             maker = make_nopad if make_nopad is not None and arm.endswith("-nopad") else make
+            if make_gather is not None and arm.endswith("-gather"):
+                maker = make_gather
             engine: Engine = maker(
-                arm.split("-")[0] if arm.startswith("echo") or arm.endswith("-nopad") else arm,
-                concurrency,
+                arm.split("-")[0] if arm.startswith(("echo", "plain")) else arm, concurrency
             )
         finally:
             os.environ["ECHO_DRAFT_DTYPE"] = before or "auto"

@@ -83,6 +83,17 @@ def default_draft_dtype() -> torch.dtype:
     return torch.float32 if packing_available(probe) else torch.bfloat16
 
 
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """The rows one ``observe`` call queued, for every request at once: each request's pending
+    chunk is a range of them, so a step queues its rows with no tensor op per request (a
+    request's chunk keeps the whole step's rows alive until it runs or the request ends)."""
+
+    feats: Tensor  # [R, H (+ L*H)] target features in the drafter dtype
+    following: Tensor  # [R] int64, x_{t+1}
+    positions: Tensor  # [R] int64
+
+
 @dataclass(slots=True)
 class _Context:
     """The head's cache over one request's committed rows, and rows not run yet."""
@@ -93,8 +104,8 @@ class _Context:
     root_pos: int = 0  # position of the root token (= of the last head row)
     root_feature: Tensor | None = None  # [H] the last row's predicted feature
     root_logprob: Tensor | None = None  # [V_d], computed when the root is first expanded
-    pending: list[tuple[Tensor, Tensor, Tensor]] = field(default_factory=list)
-    pending_rows: int = 0  # rows in ``pending``: (features [n, H (+ L*H)], x_{t+1}, positions)
+    pending: list[tuple[_Rows, int, int]] = field(default_factory=list)  # (rows, lo, hi)
+    pending_rows: int = 0  # rows in ``pending``
 
     def append(self, k: Tensor, v: Tensor) -> None:
         need = self.length + k.shape[0]
@@ -184,6 +195,8 @@ class EagleDrafter:
         dev = self.device
         tokens = feedback.tokens.to(dev)
         positions = feedback.positions.to(dev)
+        if positions.data_ptr() == feedback.positions.data_ptr():
+            positions = positions.clone()  # kept past this call: not the engine's tensor
         nxt = feedback.next_token.to(dev)
         following = torch.cat([tokens[1:], tokens[:1]])  # x_{t+1} inside each request's rows
         last = torch.tensor(cu[1:], dtype=torch.int64, device=dev) - 1
@@ -193,6 +206,9 @@ class EagleDrafter:
         feats = feedback.hidden.to(dev, self.dtype)
         if aux is not None:
             feats = torch.cat([feats, aux], dim=-1)
+        elif feats.data_ptr() == feedback.hidden.data_ptr():
+            feats = feats.clone()
+        queued = _Rows(feats, following, positions)
         firsts = [cu[b] for b in range(len(feedback.request_ids)) if cu[b] < cu[b + 1]]
         starts = iter(positions[firsts].tolist())  # one host copy for every request
         now: list[_Context] = []
@@ -203,9 +219,7 @@ class EagleDrafter:
             ctx, start = self._ctx.get(rid), next(starts)
             if ctx is None or start == 0:
                 ctx = self._ctx[rid] = self._empty_context()
-            ctx.pending.append(
-                (feats[lo:hi].clone(), following[lo:hi].clone(), positions[lo:hi].clone())
-            )
+            ctx.pending.append((queued, lo, hi))
             ctx.pending_rows += hi - lo
             ctx.root_feature = ctx.root_logprob = None  # stale until the rows are run
             if ctx.pending_rows >= self.max_pending:
@@ -224,9 +238,9 @@ class EagleDrafter:
         if not ctxs:
             return
         chunks = [chunk for ctx in ctxs for chunk in ctx.pending]
-        feats = torch.cat([f for f, _, _ in chunks])
-        following = torch.cat([t for _, t, _ in chunks])
-        positions = torch.cat([p for _, _, p in chunks])
+        feats = torch.cat([rows.feats[lo:hi] for rows, lo, hi in chunks])
+        following = torch.cat([rows.following[lo:hi] for rows, lo, hi in chunks])
+        positions = torch.cat([rows.positions[lo:hi] for rows, lo, hi in chunks])
         head, h = self.head, self.head.config.hidden_size
         aux = feats[:, h:] if self.aux_layers else None
         x = head.fuse(feats[:, :h], following, aux)
@@ -240,7 +254,8 @@ class EagleDrafter:
             mask = torch.ones(n, c + n, dtype=torch.bool, device=dev)
             mask[:, c:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
             attn[lo:hi] = self._attend(q[lo:hi], ctx.k[: c + n], ctx.v[: c + n], mask)
-            ctx.root_pos = int(ctx.pending[-1][2][-1]) + 1
+            last_rows, _, last_hi = ctx.pending[-1]
+            ctx.root_pos = int(last_rows.positions[last_hi - 1]) + 1
             ctx.pending, ctx.pending_rows = [], 0
             lasts.append(hi - 1)
             lo = hi

@@ -1,4 +1,4 @@
-"""Torch reference attention backend: gather the context per request, one batched SDPA call.
+"""Torch attention backend (the CPU default): one batched SDPA call over a dense layout.
 
 Per forward (:meth:`TorchAttention.plan`) the ragged batch becomes a dense layout with
 ``W = max_rows`` query rows and ``C = max_context`` context columns per request:
@@ -36,6 +36,14 @@ already repeated for the query-head groups: that is what SDPA makes of a boolean
 and a boolean-to-float ``where`` per layer were 5-14% of the forward's attention for draft
 trees at batch 8 on the Intel Xeon VM: docs/BENCHMARKS.md, session 16). Same values, so the
 same outputs bit for bit.
+
+With ``TorchAttention(mirror=MirrorConfig(...))`` (what :class:`~echo_server.model.llama.
+LlamaModel` builds by default) K/V are not gathered from the pool: each request keeps a
+contiguous copy on its lane (slot-table row) of per-layer mirrors, brought up to date once per
+forward by copying only the columns that changed, and a group of requests whose lanes form a
+range with few gaps (at most a quarter of the group, or one) attends over a view of that range
+(:class:`MirrorPlan`, :mod:`echo_server.model.kv_mirror`); groups scattered over the lanes are
+still gathered from the pool.
 """
 
 from __future__ import annotations
