@@ -6,7 +6,11 @@ head's and the policy's methods are wrapped with ``perf_counter`` (about 1 us ea
 cProfile's distortion) and their totals printed per decode step, largest first. Nested pieces
 are each counted in full (``drafter.expand`` holds ``drafter._catch_up``, which holds
 ``head.fuse``...). ``--warm`` serves the prompts once untimed first, so the policy's ledger has
-learned. A profile, not a speed ratio: one engine, no interleaving.
+learned. The CPU attention's pieces are wrapped too (``attention.plan``, ``attention.sdpa``,
+``attention.pool_gather+sdpa`` for groups read from the pool, ``mirror.next_layer`` (its growth) and
+``mirror.copy`` for the lane mirrors); ``--gather`` runs the model's attention without mirrors
+(every layer gathers from the pool, as before session 25). A profile, not a speed ratio: one
+engine, no interleaving.
 
     .venv/bin/python packages/echo-server/scripts/profile_step_pieces.py --workload humaneval \\
         --concurrency 1 --num-prompts 6
@@ -29,6 +33,8 @@ import echo_server.drafting.eagle_head as eagle_head
 import echo_server.engine.draft_source as draft_source
 import echo_server.engine.engine as engine_module
 import echo_server.engine.verify as verify
+import echo_server.model.kv_mirror as kv_mirror
+import echo_server.model.torch_attention as torch_attention
 from echo_core.sampling import SamplingParams
 from echo_server.bench.intervals import cpu_name
 from echo_server.bench.workloads import load_workloads
@@ -74,6 +80,11 @@ def instrument(engine: Engine) -> None:
         wrap(eagle_drafter.EagleDrafter, name, f"drafter.{name}")
     for name in ("fuse", "project", "finish", "logits"):
         wrap(eagle_head.EagleHead, name, f"head.{name}")
+    wrap(torch_attention.TorchAttention, "plan", "attention.plan")
+    wrap(torch_attention, "_sdpa_dense", "attention.sdpa")
+    wrap(torch_attention, "_attend_dense", "attention.pool_gather+sdpa")
+    wrap(kv_mirror.MirrorState, "next_layer", "mirror.next_layer")
+    wrap(kv_mirror.MirrorCopies, "apply", "mirror.copy")
     model = type(engine.model)
     wrap(model, "forward", "model.forward (prefill too)")
     wrap(model, "logits", "model.logits (prefill too)")
@@ -98,12 +109,16 @@ def main() -> None:
     p.add_argument("--num-prompts", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--warm", action="store_true", help="serve the prompts once untimed first")
+    p.add_argument("--gather", action="store_true", help="attention without lane mirrors")
     a = p.parse_args()
     torch.set_num_threads(1)
     argv = ["bench", "--threads", "1", "--max-tokens", str(a.max_tokens), "--workloads", a.workload]
     args = build_parser().parse_args(argv)
     workloads = load_workloads(args.workloads, a.num_prompts, args.prompts)
-    engine: Engine = _factory(load(args), args, workloads)(a.policy, a.concurrency)
+    loaded = load(args)
+    if a.gather:
+        loaded.model.attention = torch_attention.TorchAttention()
+    engine: Engine = _factory(loaded, args, workloads)(a.policy, a.concurrency)
     prompts = list(workloads[0].prompts)
     if a.warm:
         serve(engine, prompts, "warm", a.max_tokens)
@@ -113,6 +128,7 @@ def main() -> None:
     print(
         f"# {a.workload} {a.policy} c={a.concurrency}, {a.num_prompts} prompts, {a.max_tokens} "
         f"tokens; {cpu_name()}, one thread; {steps} decode steps"
+        + ("; attention gathers from the pool" if a.gather else "")
     )
     for label, seconds in SECONDS.most_common():
         print(f"{label:34s} {1000 * seconds / steps:8.3f} ms/step  {CALLS[label]:6d} calls")

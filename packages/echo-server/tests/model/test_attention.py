@@ -90,7 +90,7 @@ def run(
 BACKENDS: list[AttentionBackend[Any]] = [
     TorchAttention(),
     TorchAttention(group_rows=False),
-    TorchAttention(mirror=MirrorConfig(1, KV_HEADS * DIM * 4)),
+    TorchAttention(mirror=MirrorConfig(1, KV_HEADS * DIM * 4, min_context=0)),
     KernelsAttention(backend="torch"),
 ]
 BACKEND_IDS = ["torch", "torch_dense", "torch_mirror", "echo_kernels"]

@@ -27,7 +27,7 @@ from echo_server.model.torch_attention import DensePlan, GroupedPlan, MirrorPlan
 from .test_attention import DIM, HEADS, KV_HEADS, SCALE, brute_force, rounding_atol
 
 LAYERS, SLOTS, LANES, WIDTH = 3, 400, 12, 96
-MIRROR = MirrorConfig(LAYERS, KV_HEADS * DIM * 4)
+MIRROR = MirrorConfig(LAYERS, KV_HEADS * DIM * 4, min_context=0)
 
 
 class History:
@@ -217,7 +217,9 @@ def test_new_rows_read_from_the_pool_are_not_taken_as_mirrored() -> None:
 
 def test_over_budget_mirrors_fall_back_to_the_pool() -> None:
     h = History(seed=4)
-    h.mirrored = TorchAttention(mirror=MirrorConfig(LAYERS, MIRROR.row_bytes, max_bytes=1))
+    h.mirrored = TorchAttention(
+        mirror=MirrorConfig(LAYERS, MIRROR.row_bytes, max_bytes=1, min_context=0)
+    )
     for lane in (0, 1, 2):
         h.start(lane)
     h.forward([0, 1, 2], rows=[3, 3, 1])
@@ -271,3 +273,20 @@ def test_stale_columns_worked_example() -> None:
     assert copies.slots.tolist() == [5, 6]
     assert state.held[0, :4].tolist() == [7, 8, 5, 6]
     assert state.valid_upto[:2].tolist() == [4, 2]
+
+
+def test_groups_below_min_context_gather_and_are_caught_up_when_mirrored() -> None:
+    """With ``min_context = 8``: the prefill (contexts 3 and 2) and decode steps gather from the
+    pool until a verify pass reaches context 8; that pass copies both lanes' whole contexts."""
+    h = History(seed=9)
+    h.mirrored = TorchAttention(mirror=MirrorConfig(LAYERS, MIRROR.row_bytes, min_context=8))
+    for lane in (0, 1):
+        h.start(lane)
+    h.forward([0, 1], rows=[3, 2])
+    h.forward([0, 1], rows=[1, 1])
+    h.forward([0, 1], trees=[CHAIN, BRANCHY], accept=[3, 4])  # contexts 4 + 4, 3 + 5: mirrored
+    h.forward([0, 1], rows=[1, 1])
+    assert [type(p) for p in h.plans] == [DensePlan, DensePlan, MirrorPlan, MirrorPlan]
+    first = h.plans[2]
+    assert isinstance(first, MirrorPlan)
+    assert first.copies.slots.numel() == 4 + 4 + 3 + 5  # every column of both lanes

@@ -32,9 +32,15 @@ A forward that raises part-way leaves some layers behind the metadata: :meth:`Mi
 marks the state in flight, the last layer's attend clears it, and a plan that finds it still set
 forgets every lane (``valid_upto = 0``).
 
-Memory: ``2 L lanes cap Hkv D`` elements, the lanes and columns grown by half again as the
-requests need (old contents kept), refused (the forward reads the pool instead) beyond
-``max_bytes``. Measured numbers: docs/BENCHMARKS.md, session 25.
+When it pays: only for long contexts. A group of requests is read from the mirrors when its
+longest context reaches ``MirrorConfig.min_context`` (:data:`MIN_CONTEXT`, from the
+measurements quoted there); shorter groups gather from the pool as before, and the lanes they
+wrote are caught up (copied) the first time they are mirrored.
+
+Memory: ``2 L lanes cap Hkv D`` elements, allocated at the first mirrored forward for every
+slot-table row, the columns doubled as the requests need (old contents kept), refused (the
+forward reads the pool instead) beyond ``max_bytes``. Measured numbers: docs/BENCHMARKS.md,
+session 25.
 """
 
 from __future__ import annotations
@@ -50,10 +56,14 @@ from echo_server.model.attention import NULL_SLOT
 MIRROR_BYTES = 2 << 30
 """Default most bytes of K/V mirrors per KV pool (:attr:`MirrorConfig.max_bytes`)."""
 
-FIRST_CAP = 512
-"""Columns a pool's mirrors start with, for every slot-table row at once when the budget allows
-(growing a mirror copies it whole: at c = 16 on MT-Bench, growing from nothing cost about 2.8 ms
-a decode step over a 64-token run)."""
+MIN_CONTEXT = 1024
+"""Default shortest widest-context of a group of requests read from the mirrors
+(:attr:`MirrorConfig.min_context`). Measured on the 2-core AMD EPYC, one thread, plain decoding
+at c = 8 (``scripts/profile_step_pieces.py``): at contexts of about 1,400 tokens a decode step
+took 87.7 ms from the mirrors against 136.2 ms gathering from the pool; at MT-Bench's 150-450 the
+two were level in one engine (20.0 against 20.3 ms of attention a step) and the mirrors 1-9%
+slower in lockstep rounds beside other engines, SDPA reading the mirrors from memory where it
+reads a fresh gather from cache (docs/BENCHMARKS.md, session 25)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +75,15 @@ class MirrorConfig:
     num_layers: int
     row_bytes: int
     max_bytes: int = MIRROR_BYTES
+    min_context: int = MIN_CONTEXT
+    """A group of requests is read from the mirrors only when its longest context (prefix and
+    new rows) reaches this; shorter groups gather from the pool (:data:`MIN_CONTEXT`)."""
 
     def __post_init__(self) -> None:
-        if self.num_layers < 1 or self.row_bytes < 1 or self.max_bytes < 0:
-            raise ValueError(f"a mirror needs layers and row bytes >= 1, max_bytes >= 0: {self}")
+        if self.num_layers < 1 or self.row_bytes < 1 or self.max_bytes < 0 or self.min_context < 0:
+            raise ValueError(
+                f"a mirror needs layers and row bytes >= 1, max_bytes and min_context >= 0: {self}"
+            )
 
     def bytes(self, lanes: int, cap: int) -> int:
         """Bytes of K and V mirrors of ``lanes`` lanes by ``cap`` columns over every layer."""
@@ -97,14 +112,11 @@ class MirrorState:
 
     @classmethod
     def new(cls, table: Tensor, config: MirrorConfig) -> MirrorState:
-        """Empty mirrors for the pool of ``table``, sized for every slot-table row and
-        ``min(FIRST_CAP, table width)`` columns when that fits ``max_bytes``."""
+        """Empty mirrors for the pool of ``table`` (sized at the first forward that reads them)."""
         dev = table.device
         held = torch.full((0, 0), NULL_SLOT, dtype=torch.int64, device=dev)
         valid = torch.zeros(0, dtype=torch.int64, device=dev)
-        state = cls(weakref.ref(table), config, held, valid, [None] * config.num_layers)
-        state.reserve(table.shape[0], min(FIRST_CAP, table.shape[1]))
-        return state
+        return cls(weakref.ref(table), config, held, valid, [None] * config.num_layers)
 
     @property
     def lanes(self) -> int:
@@ -122,7 +134,10 @@ class MirrorState:
     def reserve(self, lanes: int, cap: int) -> bool:
         """Grow the metadata to hold ``lanes`` lanes of ``cap`` columns; False (nothing changed)
         when the mirrors would then exceed ``max_bytes``. Layers grow at their next attend."""
-        lanes = _grown(self.lanes, lanes, 16)
+        table = self.table()
+        if not self.lanes and table is not None:  # every slot-table row at once
+            lanes = max(lanes, int(table.shape[0]))
+        lanes = _grown(self.lanes, lanes, 8)
         cap = _grown(self.cap, cap, 256)
         if self.config.bytes(lanes, cap) > self.config.max_bytes:
             return False

@@ -41,9 +41,9 @@ With ``TorchAttention(mirror=MirrorConfig(...))`` (what :class:`~echo_server.mod
 LlamaModel` builds by default) K/V are not gathered from the pool: each request keeps a
 contiguous copy on its lane (slot-table row) of per-layer mirrors, brought up to date once per
 forward by copying only the columns that changed, and a group of requests whose lanes form a
-range with few gaps (at most a quarter of the group, or one) attends over a view of that range
-(:class:`MirrorPlan`, :mod:`echo_server.model.kv_mirror`); groups scattered over the lanes are
-still gathered from the pool.
+range with few gaps (at most a quarter of the group, or one) and whose longest context reaches
+``MirrorConfig.min_context`` attends over a view of that range (:class:`MirrorPlan`,
+:mod:`echo_server.model.kv_mirror`); other groups are still gathered from the pool.
 """
 
 from __future__ import annotations
@@ -223,7 +223,8 @@ def _mirror_plan(
     for members in groups:
         own = [lanes[b] for b in members]
         gaps = max(own) - min(own) + 1 - len(members)
-        (tight if gaps <= max(1, len(members) // 4) else loose).append(members)
+        long = max(context[b] for b in members) >= state.config.min_context
+        (tight if long and gaps <= max(1, len(members) // 4) else loose).append(members)
     if tight:
         need_lanes = max(lanes[b] for m in tight for b in m) + 1
         need_cols = max(context[b] for m in tight for b in m)
