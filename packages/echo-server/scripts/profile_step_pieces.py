@@ -9,8 +9,10 @@ are each counted in full (``drafter.expand`` holds ``drafter._catch_up``, which 
 learned. The CPU attention's pieces are wrapped too (``attention.plan``, ``attention.sdpa``,
 ``attention.pool_gather+sdpa`` for groups read from the pool, ``mirror.next_layer`` (its growth) and
 ``mirror.copy`` for the lane mirrors); ``--gather`` runs the model's attention without mirrors
-(every layer gathers from the pool, as before session 25). A profile, not a speed ratio: one
-engine, no interleaving.
+(every layer gathers from the pool, as before session 25) and ``--min-context N`` reads groups
+from the mirrors from context N on (the default: ``kv_mirror.MIN_CONTEXT``). ``--prompts FILE``
+serves a JSONL of prompts instead of ``--workload``. A profile, not a speed ratio: one engine, no
+interleaving.
 
     .venv/bin/python packages/echo-server/scripts/profile_step_pieces.py --workload humaneval \\
         --concurrency 1 --num-prompts 6
@@ -20,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import functools
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,6 +46,7 @@ from echo_server.cli import build_parser
 from echo_server.cli.bench import _factory
 from echo_server.cli.options import load
 from echo_server.engine import Engine, GenerationRequest
+from echo_server.model.llama import default_mirror
 
 SECONDS: collections.Counter[str] = collections.Counter()
 CALLS: collections.Counter[str] = collections.Counter()
@@ -110,14 +115,21 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--warm", action="store_true", help="serve the prompts once untimed first")
     p.add_argument("--gather", action="store_true", help="attention without lane mirrors")
+    p.add_argument("--min-context", type=int, default=None, help="mirror from this context on")
+    p.add_argument("--prompts", type=Path, default=None, help="JSONL prompts (not --workload)")
     a = p.parse_args()
     torch.set_num_threads(1)
     argv = ["bench", "--threads", "1", "--max-tokens", str(a.max_tokens), "--workloads", a.workload]
     args = build_parser().parse_args(argv)
-    workloads = load_workloads(args.workloads, a.num_prompts, args.prompts)
+    names = [] if a.prompts is not None else args.workloads
+    workloads = load_workloads(names, a.num_prompts, a.prompts)
     loaded = load(args)
     if a.gather:
         loaded.model.attention = torch_attention.TorchAttention()
+    elif a.min_context is not None:
+        mirror = default_mirror(loaded.model.config, loaded.model.dtype)
+        config = dataclasses.replace(mirror, min_context=a.min_context)
+        loaded.model.attention = torch_attention.TorchAttention(mirror=config)
     engine: Engine = _factory(loaded, args, workloads)(a.policy, a.concurrency)
     prompts = list(workloads[0].prompts)
     if a.warm:
@@ -126,9 +138,10 @@ def main() -> None:
     serve(engine, prompts, "timed", a.max_tokens)
     steps = CALLS["engine._speculate"]
     print(
-        f"# {a.workload} {a.policy} c={a.concurrency}, {a.num_prompts} prompts, {a.max_tokens} "
-        f"tokens; {cpu_name()}, one thread; {steps} decode steps"
+        f"# {workloads[0].name} {a.policy} c={a.concurrency}, {a.num_prompts} prompts, "
+        f"{a.max_tokens} tokens; {cpu_name()}, one thread; {steps} decode steps"
         + ("; attention gathers from the pool" if a.gather else "")
+        + (f"; mirrors from context {a.min_context}" if a.min_context is not None else "")
     )
     for label, seconds in SECONDS.most_common():
         print(f"{label:34s} {1000 * seconds / steps:8.3f} ms/step  {CALLS[label]:6d} calls")

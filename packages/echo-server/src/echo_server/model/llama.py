@@ -33,6 +33,13 @@ from echo_server.model.torch_attention import TorchAttention
 log = structlog.get_logger(__name__)
 
 
+def default_mirror(config: ModelConfig, dtype: torch.dtype) -> MirrorConfig:
+    """The lane mirrors of the default CPU attention for a model (echo_server.model.kv_mirror):
+    one attend per layer, ``Hkv D`` elements of ``dtype`` per token and layer."""
+    row_bytes = config.num_kv_heads * config.head_dim * torch.empty((), dtype=dtype).element_size()
+    return MirrorConfig(config.num_layers, row_bytes)
+
+
 @dataclass(frozen=True, slots=True)
 class LayerWeights:
     """One decoder layer; ``Q = H * D``, ``K = Hkv * D``, ``I`` = MLP width."""
@@ -89,9 +96,8 @@ class LlamaModel:
             raise ValueError(f"{len(weights.layers)} layers of weights, config says {config}")
         self.config = config
         self.weights = weights
-        row_bytes = config.num_kv_heads * config.head_dim * weights.embed.element_size()
         self.attention: AttentionBackend[Any] = attention or TorchAttention(
-            mirror=MirrorConfig(config.num_layers, row_bytes)
+            mirror=default_mirror(config, weights.embed.dtype)
         )
         self.rope = RotaryTable(
             config, weights.embed.dtype, weights.embed.device, weights.rope_freq_divisors

@@ -216,8 +216,10 @@ def _mirror_plan(
     mirrored (then the mirrors only forget the new rows of the lanes read from the pool)."""
     if state.in_flight:
         state.forget()
-    lanes = batch.req_rows.tolist()
     context = [c + r for c, r in zip(batch.cache_len_host, batch.rows_host, strict=True)]
+    if not state.lanes and max(context, default=0) < state.config.min_context:
+        return None  # nothing mirrored yet, nor now: no lane to look at
+    lanes = batch.req_rows.tolist()
     tight: list[list[int]] = []
     loose: list[list[int]] = []
     for members in groups:
