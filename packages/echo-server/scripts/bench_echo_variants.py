@@ -33,6 +33,9 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``plain-nopad`` / ``echo-nopad``: plain decoding / the shipped ECHO on a second copy of the
   model loaded with ``ECHO_LINEAR_PAD=off`` (few-row projections never padded:
   echo_server/model/linear.py), for the effect of padding on both.
+- ``echo-window``: the shipped ECHO whose EAGLE head keeps only the last ``PROMPT_WINDOW``
+  rows of a prompt it has not run yet (``EagleDrafter(prompt_window=...)``): a long prompt costs
+  the head at most that many rows, and its context starts there.
 - ``plain-gather`` / ``echo-gather``: plain decoding / the shipped ECHO on a copy of the model
   (same weights) whose attention gathers every request's context from the KV pool in every layer
   (``TorchAttention()`` without lane mirrors, as before session 25: model/kv_mirror.py).
@@ -95,6 +98,7 @@ ARMS = (
     "echo-pending",
     "plain-gather",
     "echo-gather",
+    "echo-window",
 )
 PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-profile": (PROFILE_TOKENS, 9, 1.0),
@@ -104,10 +108,19 @@ PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-sparse": ((1, 4, 8, 16, 32, 64, 128), 9, 1.0),  # the start-up points until session 23
 }
 """Arm -> (profile token counts, interleaved rounds, the floor's ``slope_rows``)."""
-VARIANTS = ("echo-z0", "echo-priced", "echo-rows", "echo-explore", "echo-pending", *PROFILE_ARMS)
+VARIANTS = (
+    "echo-z0",
+    "echo-priced",
+    "echo-rows",
+    "echo-explore",
+    "echo-pending",
+    "echo-window",
+    *PROFILE_ARMS,
+)
 LOW_ROW_FLOOR = 0.25  # echo-rows
 EXPLORE_ROOTS = 4  # echo-explore
 LONG_PENDING = 4096  # echo-pending
+PROMPT_WINDOW = 256  # echo-window
 PEERS = ("chain", "static", "eagle2", "global-topk")
 DTYPE_ARMS = {"echo-float32": "float32", "echo-bfloat16": "bfloat16"}
 
@@ -130,6 +143,12 @@ def _variant(engine: Engine, arm: str) -> Engine:
         if not isinstance(drafter, EagleDrafter):
             raise TypeError("echo-pending needs the EAGLE drafter")
         drafter.max_pending = LONG_PENDING
+        return engine
+    if arm == "echo-window":
+        drafter = engine.drafter
+        if not isinstance(drafter, EagleDrafter):
+            raise TypeError("echo-window needs the EAGLE drafter")
+        drafter.prompt_window = PROMPT_WINDOW
         return engine
     if arm == "echo-rows":
         if engine.elastic is None:

@@ -322,3 +322,22 @@ def test_a_long_queue_runs_without_waiting_for_a_draft() -> None:
         assert (calls[0], drafter._ctx["r"].pending_rows) == want[lo]  # 5 then 4 rows: run
     with pytest.raises(ValueError, match="max_pending"):
         EagleDrafter(tiny_head(), max_pending=0)
+
+
+def test_a_prompt_window_keeps_the_last_rows_of_a_prompt_the_head_has_not_run() -> None:
+    """With ``prompt_window=4`` a 10-row prompt queued in two chunks keeps rows 6-9: the head
+    then drafts exactly what a drafter that only ever saw rows 6-9 drafts. Once the head has
+    run, later rows are queued whole (the window is for prompts only)."""
+    toks, feats = _decode_chunks(9)
+    windowed, tail = EagleDrafter(tiny_head(), prompt_window=4), EagleDrafter(tiny_head())
+    windowed.observe(feedback([("r", toks[:3], feats[:3], 0, toks[3])]))
+    windowed.observe(feedback([("r", toks[3:10], feats[3:10], 3, toks[10])]))
+    assert windowed._ctx["r"].pending_rows == 4
+    tail.observe(feedback([("r", toks[6:10], feats[6:10], 6, toks[10])]))
+    for d in (windowed, tail):
+        d.begin_step([toks[:11]], ["r"])
+    _assert_same(_expand(windowed, [[]], topk=5)[0], _expand(tail, [[]], topk=5)[0])
+    windowed.observe(feedback([("r", toks[10:12], feats[10:12], 10, toks[12])]))
+    assert windowed._ctx["r"].pending_rows == 2
+    with pytest.raises(ValueError, match="prompt_window"):
+        EagleDrafter(tiny_head(), prompt_window=0)

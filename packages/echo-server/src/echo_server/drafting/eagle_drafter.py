@@ -136,6 +136,20 @@ class _Tree:
     nodes: dict[tuple[int, ...], _Node] = field(default_factory=dict)
 
 
+def _keep_last(ctx: _Context, rows: int) -> None:
+    """Drop the oldest queued rows of ``ctx`` until ``rows`` remain."""
+    drop = ctx.pending_rows - rows
+    while drop > 0:
+        queued, lo, hi = ctx.pending[0]
+        if hi - lo <= drop:
+            ctx.pending.pop(0)
+            drop -= hi - lo
+        else:
+            ctx.pending[0] = (queued, lo + drop, hi)
+            drop = 0
+    ctx.pending_rows = rows
+
+
 def tree_mask(
     context: int,
     tree_rows: int,
@@ -160,14 +174,23 @@ class EagleDrafter:
     name = "eagle"
 
     def __init__(
-        self, head: EagleHead, dtype: torch.dtype = torch.float32, max_pending: int = MAX_PENDING
+        self,
+        head: EagleHead,
+        dtype: torch.dtype = torch.float32,
+        max_pending: int = MAX_PENDING,
+        prompt_window: int | None = None,
     ) -> None:
         """``head`` is moved to ``dtype`` in place (log-probs are computed in float32). On a CPU
         with oneDNN its projections are packed in either dtype (:func:`default_draft_dtype`
         says which is faster where). ``max_pending``: a
-        request with that many committed rows queued has them run at once (memory bound)."""
+        request with that many committed rows queued has them run at once (memory bound).
+        ``prompt_window``: a request whose head has run no row yet keeps only its last
+        ``prompt_window`` queued rows (the head's context then starts there, a long prompt costs
+        the head at most that many rows); None keeps them all."""
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+        if prompt_window is not None and prompt_window < 1:
+            raise ValueError(f"prompt_window must be >= 1 or None, got {prompt_window}")
         if not head.attached:
             raise ValueError("the head has no target rows: call head.attach_target first")
         shared = head.embed  # the target's embedding: kept shared (and float32), not copied
@@ -178,6 +201,7 @@ class EagleDrafter:
         self.aux_layers: tuple[int, ...] = head.config.aux_layers
         self.dtype = dtype
         self.max_pending = max_pending
+        self.prompt_window = prompt_window
         self._ctx: dict[str, _Context] = {}
         self._active: list[_Context | None] = []
         self._trees: list[_Tree] = []
@@ -222,6 +246,9 @@ class EagleDrafter:
             ctx.pending.append((queued, lo, hi))
             ctx.pending_rows += hi - lo
             ctx.root_feature = ctx.root_logprob = None  # stale until the rows are run
+            window = self.prompt_window
+            if window is not None and ctx.length == 0 and ctx.pending_rows > window:
+                _keep_last(ctx, window)
             if ctx.pending_rows >= self.max_pending:
                 now.append(ctx)
         self._catch_up(now)
