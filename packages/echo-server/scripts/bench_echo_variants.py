@@ -138,17 +138,14 @@ def _variant(engine: Engine, arm: str) -> Engine:
             print(f"{arm} profile ms: {ms}")
         engine.elastic = ElasticFloor(_PROFILES[arm], slope_rows=slope_rows)
         return engine
-    if arm == "echo-pending":
+    if arm in ("echo-pending", "echo-window"):
         drafter = engine.drafter
         if not isinstance(drafter, EagleDrafter):
-            raise TypeError("echo-pending needs the EAGLE drafter")
-        drafter.max_pending = LONG_PENDING
-        return engine
-    if arm == "echo-window":
-        drafter = engine.drafter
-        if not isinstance(drafter, EagleDrafter):
-            raise TypeError("echo-window needs the EAGLE drafter")
-        drafter.prompt_window = PROMPT_WINDOW
+            raise TypeError(f"{arm} needs the EAGLE drafter")
+        if arm == "echo-pending":
+            drafter.max_pending = LONG_PENDING
+        else:
+            drafter.prompt_window = PROMPT_WINDOW
         return engine
     if arm == "echo-rows":
         if engine.elastic is None:
