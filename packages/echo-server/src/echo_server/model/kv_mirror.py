@@ -65,10 +65,11 @@ MIN_CONTEXT = 1024
 """Default shortest widest-context of a group of requests read from the mirrors
 (:attr:`MirrorConfig.min_context`). Measured on the 2-core AMD EPYC, one thread, plain decoding
 at c = 8 (``scripts/profile_step_pieces.py``): at contexts of about 1,400 tokens a decode step
-took 87.7 ms from the mirrors against 136.2 ms gathering from the pool; at MT-Bench's 150-450 the
-two were level in one engine (20.0 against 20.3 ms of attention a step) and the mirrors 1-9%
-slower in lockstep rounds beside other engines, SDPA reading the mirrors from memory where it
-reads a fresh gather from cache (docs/BENCHMARKS.md, session 25)."""
+took 87.7 ms from the mirrors against 136.2 ms gathering from the pool (about 700 tokens: 79.4
+against 106.8); at MT-Bench's 150-450 the two were level in one engine (20.0 against 20.3 ms of
+attention a step) and the mirrors 1-9% slower in lockstep rounds beside other engines, SDPA
+reading the mirrors from memory where it reads a fresh gather from cache (docs/BENCHMARKS.md,
+session 25)."""
 
 
 @dataclass(frozen=True, slots=True)
