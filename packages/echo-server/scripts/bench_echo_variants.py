@@ -38,7 +38,9 @@ Arms (every one the embedded default engine; only the named piece differs):
   the head at most that many rows, and its context starts there.
 - ``plain-gather`` / ``echo-gather``: plain decoding / the shipped ECHO on a copy of the model
   (same weights) whose attention gathers every request's context from the KV pool in every layer
-  (``TorchAttention()`` without lane mirrors, as before session 25: model/kv_mirror.py).
+  (``TorchAttention()`` without lane mirrors, as before session 25: model/kv_mirror.py);
+  ``plain-mirror0`` / ``echo-mirror0``: the same with every group read from the lane mirrors
+  (``min_context = 0``; the default mirrors from 1,024 tokens).
 - ``POLICY@K`` (any arm above, or ``chain``, ``static``, ``eagle2``, ``global-topk``): that arm
   with verify budget K instead of the default 16, for a peer's best-budget sweep, e.g.
   ``--arms plain echo chain@8 chain@16 chain@32 eagle2@8 eagle2@16 eagle2@32``.
@@ -78,6 +80,7 @@ from echo_server.cli.options import load
 from echo_server.drafting.eagle_drafter import EagleDrafter
 from echo_server.engine import Engine
 from echo_server.engine.budget import PROFILE_TOKENS, measure_profile_rounds
+from echo_server.model.llama import default_mirror
 from echo_server.model.torch_attention import TorchAttention
 
 ARMS = (
@@ -98,6 +101,8 @@ ARMS = (
     "echo-pending",
     "plain-gather",
     "echo-gather",
+    "plain-mirror0",
+    "echo-mirror0",
     "echo-window",
 )
 PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
@@ -210,11 +215,16 @@ def main() -> None:
         finally:
             del os.environ["ECHO_LINEAR_PAD"]
 
-    make_gather = None
-    if any(arm.endswith("-gather") for arm in a.arms):
-        gathering = copy.copy(loaded.model)  # same weights, its own attention backend
-        gathering.attention = TorchAttention()
-        make_gather = _factory(dataclasses.replace(loaded, model=gathering), args, workloads)
+    mirror0 = dataclasses.replace(
+        default_mirror(loaded.model.config, loaded.model.dtype), min_context=0
+    )
+    backends = {"-gather": TorchAttention(), "-mirror0": TorchAttention(mirror=mirror0)}
+    makers = {}
+    for suffix, backend in backends.items():
+        if any(arm.endswith(suffix) for arm in a.arms):
+            model = copy.copy(loaded.model)  # same weights, its own attention backend
+            model.attention = backend
+            makers[suffix] = _factory(dataclasses.replace(loaded, model=model), args, workloads)
 
     made: dict[str, list[Engine]] = {}
 
@@ -225,8 +235,9 @@ def main() -> None:
         default_budget, args.budget = args.budget, int(budget) if budget else args.budget
         try:
             maker = make_nopad if make_nopad is not None and arm.endswith("-nopad") else make
-            if make_gather is not None and arm.endswith("-gather"):
-                maker = make_gather
+            for suffix, other in makers.items():
+                if arm.endswith(suffix):
+                    maker = other
             engine: Engine = maker(
                 arm.split("-")[0] if arm.startswith(("echo", "plain")) else arm, concurrency
             )
