@@ -49,6 +49,7 @@ range with few gaps (at most a quarter of the group, or one) and whose longest c
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -168,27 +169,33 @@ class TorchAttention:
     ) -> Tensor:
         if isinstance(plan, DensePlan):
             return _attend_dense(plan, q, k_cache, v_cache, scale)
-        out = q.new_empty(q.shape[0], q.shape[1], q.shape[2])
+        lanes: tuple[LaneGroup, ...] = ()
+        pooled: GroupedPlan | None = plan if isinstance(plan, GroupedPlan) else None
         if isinstance(plan, MirrorPlan):
             mk, mv = plan.state.next_layer(k_cache, v_cache)
             plan.copies.apply(mk, k_cache)
             plan.copies.apply(mv, v_cache)
-            for lane in plan.lanes:
-                c = lane.plan.kv_index.shape[1]
-                view = slice(lane.lo, lane.lo + lane.plan.batch_size)
-                k, v = mk[view, :, :c], mv[view, :, :c]
-                if lane.rows is None:
-                    return _sdpa_dense(lane.plan, q, k, v, scale)
-                part = _sdpa_dense(lane.plan, q.index_select(0, lane.rows), k, v, scale)
-                out.index_copy_(0, lane.rows, part)
-            pooled = plan.pooled
-        else:
-            pooled = plan
+            lanes, pooled = plan.lanes, plan.pooled
+            if lanes[0].rows is None:  # one group holding every row in order
+                return _sdpa_dense(lanes[0].plan, q, *_lane_views(lanes[0], mk, mv), scale)
+        out = q.new_empty(q.shape[0], q.shape[1], q.shape[2])
+        for lane in lanes:
+            assert lane.rows is not None
+            part = _sdpa_dense(
+                lane.plan, q.index_select(0, lane.rows), *_lane_views(lane, mk, mv), scale
+            )
+            out.index_copy_(0, lane.rows, part)
         if pooled is not None:
             for rows, sub in zip(pooled.rows, pooled.plans, strict=True):
                 part = _attend_dense(sub, q.index_select(0, rows), k_cache, v_cache, scale)
                 out.index_copy_(0, rows, part)
         return out
+
+
+def _lane_views(lane: LaneGroup, mk: Tensor, mv: Tensor) -> tuple[Tensor, Tensor]:
+    """K and V of ``lane``'s range of the mirrors up to its widest context: [span, Hkv, C, D]."""
+    view, c = slice(lane.lo, lane.lo + lane.plan.batch_size), lane.plan.kv_index.shape[1]
+    return mk[view, :, :c], mv[view, :, :c]
 
 
 def split_roots(rows: tuple[int, ...]) -> list[list[int]] | None:
@@ -233,13 +240,12 @@ def _mirror_plan(
         if not state.reserve(need_lanes, need_cols):
             tight, loose = [], groups
     for members in loose:  # new rows read from the pool are not mirrored
-        own = [lanes[b] for b in members if lanes[b] < state.lanes]
-        if own:
-            index = torch.tensor(own, dtype=torch.int64, device=state.valid_upto.device)
-            cache = torch.tensor(
-                [batch.cache_len_host[b] for b in members if lanes[b] < state.lanes]
-            )
-            upto = torch.minimum(state.valid_upto.index_select(0, index), cache.to(index.device))
+        known = [b for b in members if lanes[b] < state.lanes]
+        if known:
+            dev = state.valid_upto.device
+            index = torch.tensor([lanes[b] for b in known], dtype=torch.int64, device=dev)
+            cache = torch.tensor([batch.cache_len_host[b] for b in known], device=dev)
+            upto = torch.minimum(state.valid_upto.index_select(0, index), cache)
             state.valid_upto.index_copy_(0, index, upto)
     if not tight:
         return None
@@ -261,77 +267,60 @@ def _lane_group(
     """``members`` (indices into ``batch``) planned over their lane range, and the columns of
     those lanes the forward copies (:func:`~echo_server.model.kv_mirror.stale_columns`)."""
     dev = batch.cu_rows.device
-    order = sorted(members, key=lambda b: lanes[b])
-    lo = lanes[order[0]]
-    span = lanes[order[-1]] - lo + 1
-    by_lane = {lanes[b]: b for b in order}
+    by_lane = {lanes[b]: b for b in members}
+    lo, hi = min(by_lane), max(by_lane) + 1
+    slots = [by_lane.get(lane) for lane in range(lo, hi)]  # None: a lane outside the group
+    req_rows = torch.arange(lo, hi, dtype=torch.int64, device=dev)
+    sub, rows = _sub_batch(batch, slots, req_rows)
+    plan = _dense_plan(sub)
+    present = torch.tensor([b is not None for b in slots], dtype=torch.bool, device=dev)
+    new = torch.tensor(sub.rows_host, dtype=torch.int64, device=dev)
+    copies = stale_columns(state, lo, plan.kv_index, sub.cache_len, sub.cache_len + new, present)
+    return LaneGroup(plan, lo, rows), copies
+
+
+def _grouped_plan(batch: AttentionBatch, groups: list[list[int]]) -> GroupedPlan:
+    """Plan each group of requests (indices into ``batch``) densely on its own."""
+    rows_out, plans = [], []
+    for members in groups:
+        index = torch.tensor(members, dtype=torch.int64, device=batch.cu_rows.device)
+        sub, rows = _sub_batch(batch, members, batch.req_rows.index_select(0, index))
+        rows_out.append(
+            rows if rows is not None else torch.arange(batch.num_rows, device=index.device)
+        )
+        plans.append(_dense_plan(sub))
+    return GroupedPlan(tuple(rows_out), tuple(plans), batch.num_rows)
+
+
+def _sub_batch(
+    batch: AttentionBatch, members: Sequence[int | None], req_rows: Tensor
+) -> tuple[AttentionBatch, Tensor | None]:
+    """``batch`` restricted to ``members`` in that order (None: an empty request, no rows and no
+    context) on slot-table rows ``req_rows``, and the packed rows of ``batch`` it holds in its
+    order ([R_g] int64; None when that is every row in order)."""
+    dev = batch.cu_rows.device
     starts = [0, *itertools.accumulate(batch.rows_host)]  # host copy of cu_rows
-    counts: list[int] = []
-    caches: list[int] = []
-    packed: list[int] = []
-    present: list[bool] = []
-    for lane in range(lo, lo + span):
-        b = by_lane.get(lane)
-        present.append(b is not None)
-        counts.append(0 if b is None else batch.rows_host[b])
-        caches.append(0 if b is None else batch.cache_len_host[b])
-        if b is not None:
-            packed.extend(range(starts[b], starts[b + 1]))
-    identity = order == list(range(batch.batch_size)) and span == batch.batch_size
-    rows = None if identity else torch.tensor(packed, dtype=torch.int64, device=dev)
-    width = max(counts)
-    new_mask = batch.new_mask
-    if rows is not None:
-        write = batch.write_slots.index_select(0, rows)
+    counts = [0 if b is None else batch.rows_host[b] for b in members]
+    caches = [0 if b is None else batch.cache_len_host[b] for b in members]
+    packed = [j for b in members if b is not None for j in range(starts[b], starts[b + 1])]
+    rows = None
+    write, new_mask = batch.write_slots, batch.new_mask
+    if packed != list(range(batch.num_rows)):
+        rows = torch.tensor(packed, dtype=torch.int64, device=dev)
+        write = write.index_select(0, rows)
         if new_mask is not None:
-            new_mask = new_mask[rows, :width]
-    else:
-        write = batch.write_slots
-    cache = torch.tensor(caches, dtype=torch.int64, device=dev)
-    new = torch.tensor(counts, dtype=torch.int64, device=dev)
-    cu = torch.zeros(span + 1, dtype=torch.int64, device=dev)
-    cu[1:] = torch.cumsum(new, 0)
+            new_mask = new_mask[rows, : max(counts)]
     sub = AttentionBatch(
-        cu_rows=cu,
-        cache_len=cache,
-        req_rows=torch.arange(lo, lo + span, dtype=torch.int64, device=dev),
+        cu_rows=torch.tensor([0, *itertools.accumulate(counts)], dtype=torch.int64, device=dev),
+        cache_len=torch.tensor(caches, dtype=torch.int64, device=dev),
+        req_rows=req_rows,
         slot_table=batch.slot_table,
         write_slots=write,
         new_mask=new_mask,
         rows_host=tuple(counts),
         cache_len_host=tuple(caches),
     )
-    plan = _dense_plan(sub)
-    mask = torch.tensor(present, dtype=torch.bool, device=dev)
-    copies = stale_columns(state, lo, plan.kv_index, cache, cache + new, mask)
-    return LaneGroup(plan, lo, rows), copies
-
-
-def _grouped_plan(batch: AttentionBatch, groups: list[list[int]]) -> GroupedPlan:
-    """Plan each group of requests (indices into ``batch``) densely on its own."""
-    dev = batch.cu_rows.device
-    starts = [0, *itertools.accumulate(batch.rows_host)]  # host copy of cu_rows
-    rows_out, plans = [], []
-    for members in groups:
-        counts = [batch.rows_host[b] for b in members]
-        packed = [j for b in members for j in range(starts[b], starts[b + 1])]
-        rows = torch.tensor(packed, dtype=torch.int64, device=dev)
-        index = torch.tensor(members, dtype=torch.int64, device=dev)
-        cu = torch.tensor([0, *itertools.accumulate(counts)], dtype=torch.int64, device=dev)
-        new_mask = None if batch.new_mask is None else batch.new_mask[rows, : max(counts)]
-        sub = AttentionBatch(
-            cu_rows=cu,
-            cache_len=batch.cache_len.index_select(0, index),
-            req_rows=batch.req_rows.index_select(0, index),
-            slot_table=batch.slot_table,
-            write_slots=batch.write_slots.index_select(0, rows),
-            new_mask=new_mask,
-            rows_host=tuple(counts),
-            cache_len_host=tuple(batch.cache_len_host[b] for b in members),
-        )
-        rows_out.append(rows)
-        plans.append(_dense_plan(sub))
-    return GroupedPlan(tuple(rows_out), tuple(plans), starts[-1])
+    return sub, rows
 
 
 def _dense_plan(batch: AttentionBatch) -> DensePlan:
