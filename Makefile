@@ -1,7 +1,7 @@
 # Developer commands. `make run` and `make test` are the two a newcomer needs.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PACKAGES := echo-proto echo-controller echo-core echo-gating echo-scheduler echo-kernels echo-sglang echo-server
+PACKAGES := echo-proto echo-controller echo-core echo-gating echo-scheduler echo-kernels echo-sglang echo-server echo-lab
 STAMP := $(VENV)/.echo-setup-stamp
 SETUP_INPUTS := scripts/setup.sh scripts/requirements-dev.txt $(wildcard packages/*/pyproject.toml)
 
@@ -37,7 +37,7 @@ typecheck: $(STAMP)
 	@echo "mypy --strict scripts/gpu_check (the GPU acceptance run) and the GPU-facing scripts"
 	MYPYPATH=scripts:$(subst $(eval) ,:,$(wildcard packages/*/src)) $(VENV)/bin/mypy --strict \
 	  --config-file pyproject.toml --cache-dir .mypy_cache scripts/gpu_check \
-	  packages/echo-kernels/scripts packages/echo-scheduler/scripts/schedule_vs_gpu.py
+	  packages/echo-kernels/scripts packages/echo-lab/scripts/schedule_vs_gpu.py
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py

@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 
 from echo_core.sampling import SamplingParams
-from echo_scheduler.replay.costs import load_profiled, save_profiled
-from echo_server.bench.intervals import cpu_name
-from echo_server.bench.workloads import load_workloads
+from echo_lab.bench.intervals import cpu_name
+from echo_lab.bench.workloads import load_workloads
+from echo_lab.replay.costs import load_profiled, save_profiled
 from echo_server.cli import build_parser
 from echo_server.cli.options import build_engine, load
 from echo_server.engine import GenerationRequest

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from echo_server.bench.intervals import cpu_name
+from echo_lab.bench.intervals import cpu_name
 from echo_server.cli import build_parser
 from echo_server.cli.options import build_engine, load
 from echo_server.engine.memory import MIB, memory_report, rss_bytes, trim_heap

@@ -20,7 +20,7 @@ mkdir -p "$out"
 import sys
 from pathlib import Path
 
-from echo_scheduler.trace import load_trace, save_trace
+from echo_lab.sim.trace import load_trace, save_trace
 
 work, out = Path(sys.argv[1]), Path(sys.argv[2])
 for path in sorted(work.glob("trace-*.json")):

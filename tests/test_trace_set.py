@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from echo_scheduler.replay.cli import main
-from echo_scheduler.replay.costs import load_profiled
-from echo_scheduler.trace import load_trace
+from echo_lab.replay.cli import main
+from echo_lab.replay.costs import load_profiled
+from echo_lab.sim.trace import load_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 FILES = sorted(TRACES.glob("trace-*.json.gz"))

@@ -245,7 +245,7 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
         print(f"policy on the host ({result['host_cpu']}, one torch thread):", flush=True)
         for cell in result["host_cells"]:
             print(cell["line"], flush=True)
-        from echo_scheduler.replay.hosttime import format_comparison
+        from echo_lab.replay.hosttime import format_comparison
 
         for c in result["echo_vs_best"]:
             print(format_comparison(c), flush=True)

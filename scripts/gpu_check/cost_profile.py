@@ -1,7 +1,7 @@
 """A measured step-cost profile of a Llama-3.1-8B-shaped target and an EAGLE-3-shaped head.
 
 Replay (``echo-sd sim``) prices GPU steps with a roofline: weights and KV cache read at 0.8 of
-the datasheet bandwidth, rows computed at 0.6 of peak FLOP/s (``echo_scheduler.replay.costs``).
+the datasheet bandwidth, rows computed at 0.6 of peak FLOP/s (``echo_lab.replay.costs``).
 This part measures the same two quantities on the device instead, with seeded random bf16
 weights of the published shapes (timing depends on shapes, not on values), and writes them as an
 ``echo-cpu-cost/1`` profile that replay loads like the CPU one.
@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 CONTEXT = 1024
-"""Cached tokens per request: the rooflines' mean context (echo_scheduler.replay.costs)."""
+"""Cached tokens per request: the rooflines' mean context (echo_lab.replay.costs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,10 +428,10 @@ def running_max(xs: Sequence[float]) -> list[float]:
 
 
 def as_cost_file(result: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
-    """The ``echo-cpu-cost/1`` document for replay (:func:`echo_scheduler.replay.costs.
+    """The ``echo-cpu-cost/1`` document for replay (:func:`echo_lab.replay.costs.
     profile_document`): verify per batch, draft per batch (the scalar ``draft`` is the smallest
     batch's, the format's required field), and how it was measured."""
-    from echo_scheduler.replay.costs import profile_document
+    from echo_lab.replay.costs import profile_document
 
     draft = result["draft_by_batch"]
     first = draft[min(draft, key=int)]

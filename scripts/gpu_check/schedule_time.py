@@ -1,9 +1,9 @@
 """The policies' own scheduling time per step with their tensors on the device.
 
-``packages/echo-scheduler/scripts/schedule_vs_gpu.py`` measured it with the policy on the CPU
+``packages/echo-lab/scripts/schedule_vs_gpu.py`` measured it with the policy on the CPU
 (one torch thread): ECHO's host time was 10-42% of the measured H200 step. On a GPU the same
 calls are kernel launches and device-to-host copies instead, so the number that matters is this
-one: every (trace, B, arm) cell of :func:`echo_scheduler.replay.hosttime.host_rows` with the
+one: every (trace, B, arm) cell of :func:`echo_lab.replay.hosttime.host_rows` with the
 policy working on pools on the device (recordings grown on the CPU, outside the clock) and the
 device synchronized at the end of every policy call, inside the clock: an upper bound on the
 time a serial host loop spends per step (queued work the next call would have overlapped is
@@ -32,15 +32,15 @@ import torch
 
 from echo_core.testing import HostSyncCounter
 from echo_core.tree import TreeBatch
-from echo_scheduler.replay.costs import load_profiled
-from echo_scheduler.replay.hosttime import (
+from echo_lab.bench.intervals import cpu_name
+from echo_lab.replay.costs import load_profiled
+from echo_lab.replay.hosttime import (
     DEFAULT_ARMS,
     FIXED_ARMS,
     HEADER,
     echo_vs_best,
     host_rows,
 )
-from echo_server.bench.intervals import cpu_name
 
 REPO = Path(__file__).resolve().parents[2]
 GPU_COST = REPO / "traces" / "cost-gpu-h200-llama8b.json"

@@ -18,7 +18,6 @@ from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import RowPrice, StepBatch
 from echo_scheduler.policies import FLOORED_NAMES, make_policy
 from echo_scheduler.ranking import monotone_key
-from echo_scheduler.replay.arms import default_arms, optional_arms, select_arms
 from echo_scheduler.simulator import SimSource
 from echo_scheduler.workloads import SyntheticWorkload
 
@@ -96,17 +95,3 @@ def test_a_floored_policy_needs_acceptance_maps() -> None:
     assert policy.name == "static+floor"
     assert policy.active_gate() is not None
     assert not policy.set_gate(GatePolicy.none())  # no maps: refused
-
-
-def test_every_fixed_grid_point_has_an_optional_floored_arm() -> None:
-    fixed = [a for a in default_arms() if a.family in ("chain", "static", "eagle2")]
-    floored = {a.name: a for a in optional_arms() if a.family.endswith("+floor")}
-    assert set(floored) == {f"{a.name}+floor" for a in fixed}
-    for a in fixed:
-        f = floored[f"{a.name}+floor"]
-        assert (f.policy, f.config, f.per_request) == (f"{a.policy}+floor", a.config, a.per_request)
-        assert f.floor
-        assert f.gate == "echo_nogate"
-    every = default_arms() + optional_arms()
-    picked = {a.name for a in select_arms(every, ["chain+floor"])}
-    assert picked == {f"{a.name}+floor" for a in fixed if a.family == "chain"} | {"plain", "echo"}

@@ -9,7 +9,7 @@ per request <= max_nodes).
 Simulated time of a step: ``t = t_draft + t_verify(B + verified)`` with
 ``t_draft = calls * per_call_s + expansions * per_node_s`` (``calls`` = drafter forward passes,
 one per depth; ``expansions`` = nodes (or roots) expanded); throughput = ``(B + accepted) / t``.
-Diagnostics (the replay's definitions, :mod:`echo_scheduler.replay.hindsight`): ``selection``
+Diagnostics (the replay's definitions, :mod:`echo_lab.replay.hindsight`): ``selection``
 = accepted / the best that as many verified rows could accept from the policy's own pool
 (``min(N, sum_b min(L_b, max_nodes[b]))`` per step, :func:`echo_scheduler.outcome.oracle_accepted`
 with the verified count ``N`` as the budget), and ``coverage`` = what its own pool left reachable /

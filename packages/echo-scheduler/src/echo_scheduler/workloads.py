@@ -21,8 +21,8 @@ the target continuation's prefix (greedy verification), see :mod:`echo_scheduler
 :meth:`SyntheticWorkload.from_reference` derives ``alpha_d`` and ``separation_d`` from a calibrated
 GatePolicy's per-depth statistics (accept rates and AUC), so measured profiles drive the simulator.
 
-A production module, not a test fixture: :mod:`echo_scheduler.compare` (the simulator's entry
-point) and :mod:`echo_scheduler.trace` (recording steps) import it.
+A production module, not a test fixture: :mod:`echo_lab.sim.compare` (the simulator's entry
+point) and :mod:`echo_lab.sim.trace` (recording steps) import it.
 """
 
 from __future__ import annotations

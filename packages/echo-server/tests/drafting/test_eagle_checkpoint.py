@@ -15,7 +15,7 @@ from echo_server.drafting.eagle_checkpoint import (
     load_head,
     save_head,
 )
-from echo_server.training.testing import HIDDEN, VOCAB, tiny_head
+from echo_server.drafting.testing import HIDDEN, VOCAB, tiny_head
 
 
 def _saved(tmp_path: Path) -> tuple[Path, torch.Tensor]:

@@ -8,9 +8,9 @@ import torch
 from echo_core.tolerance import float_tolerance
 from echo_server.drafting.base import ExpandRequest
 from echo_server.drafting.eagle_drafter import EagleDrafter, default_draft_dtype, tree_mask
+from echo_server.drafting.testing import HIDDEN, VOCAB, feedback, tiny_config, tiny_head
+from echo_server.drafting.unroll import unrolled_features
 from echo_server.model.linear import packing_available
-from echo_server.training.testing import HIDDEN, VOCAB, feedback, tiny_config, tiny_head
-from echo_server.training.unroll import unrolled_features
 
 REDUCTION = max(2 * HIDDEN, tiny_config().intermediate_size)
 """The tiny head's longest dot product (the fuse projection, 2H -> H): 64."""
@@ -237,7 +237,7 @@ def test_aux_head_refuses_feedback_without_its_layers() -> None:
 
 def test_zero_initialised_aux_projection_starts_as_the_single_feature_head() -> None:
     from echo_server.drafting.eagle_head import EagleHead
-    from echo_server.training.testing import tiny_config
+    from echo_server.drafting.testing import tiny_config
 
     torch.manual_seed(8)
     single = tiny_head()

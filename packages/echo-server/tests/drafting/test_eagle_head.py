@@ -7,7 +7,7 @@ import torch
 
 from echo_core.tolerance import float_tolerance
 from echo_server.drafting.eagle_head import EagleHead, EagleHeadConfig, default_config, rope
-from echo_server.training.testing import DRAFT_VOCAB, HIDDEN, VOCAB, tiny_config, tiny_head
+from echo_server.drafting.testing import DRAFT_VOCAB, HIDDEN, VOCAB, tiny_config, tiny_head
 
 
 def test_row_pipeline_shapes() -> None:

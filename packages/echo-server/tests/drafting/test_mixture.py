@@ -57,7 +57,7 @@ def test_the_name_and_feature_layers_combine() -> None:
 def test_each_drafter_observes_only_its_own_aux_layers() -> None:
     from echo_server.drafting.base import TargetFeedback
     from echo_server.drafting.eagle_drafter import EagleDrafter
-    from echo_server.training.testing import HIDDEN, feedback, tiny_head
+    from echo_server.drafting.testing import HIDDEN, feedback, tiny_head
 
     class Layers(NgramDrafter):
         aux_layers: tuple[int, ...] = (0, 7)

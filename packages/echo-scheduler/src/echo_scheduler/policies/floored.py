@@ -13,7 +13,7 @@ ECHO ranks (echo_scheduler.policies.echo):
 
 The tree it drafts and selects is the fixed policy's; without prices (no ``row_price``, no floor)
 it is that policy exactly. Issue #16 asked for every fixed baseline to be offered the same floor
-as ECHO: the replay's optional ``<arm>+floor`` arms (echo_scheduler.replay.arms).
+as ECHO: the replay's optional ``<arm>+floor`` arms (echo_lab.replay.arms).
 """
 
 from __future__ import annotations

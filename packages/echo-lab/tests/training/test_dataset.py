@@ -1,0 +1,55 @@
+"""Draft vocabulary, held-out split and batching of self-distilled sequences."""
+
+from __future__ import annotations
+
+import torch
+
+from echo_lab.training.dataset import (
+    batches,
+    coverage,
+    draft_vocabulary,
+    make_batch,
+    split,
+)
+from echo_lab.training.selfdistill import DistilledSequence
+from echo_lab.training.testing import sequences
+
+
+def test_draft_vocabulary_takes_frequent_generated_tokens_and_specials() -> None:
+    seqs = [DistilledSequence("a", [9, 9, 1, 1, 1, 2, 2, 3], torch.zeros(7, 4), 2)]
+    vocab = draft_vocabulary(seqs, 3, special=[7])
+    assert vocab.tolist() == [1, 2, 7]
+    assert coverage(seqs, vocab) == 5 / 6
+
+
+def test_draft_vocabulary_fills_up_to_its_size() -> None:
+    seqs = [DistilledSequence("a", [5, 6], torch.zeros(1, 4), 1)]
+    assert draft_vocabulary(seqs, 4).tolist() == [0, 1, 5, 6]
+
+
+def test_split_is_by_prompt_id_and_independent_of_order() -> None:
+    seqs = sequences(60, 4, 11)
+    train, held = split(seqs)
+    assert held
+    assert len(train) + len(held) == 60
+    assert split(list(reversed(seqs))) == (train, held)
+
+
+def test_batches_respect_the_token_budget_and_cover_every_sequence() -> None:
+    seqs = sequences(30, 4, 11)
+    groups = batches(seqs, 64, seed=0)
+    assert sorted(s.prompt_id for g in groups for s in g) == sorted(s.prompt_id for s in seqs)
+    for g in groups:
+        longest = max(s.features.shape[0] for s in g)
+        assert len(g) == 1 or longest * len(g) <= 64
+
+
+def test_make_batch_pads_right_and_keeps_the_next_token() -> None:
+    seqs = sequences(2, 4, 11)
+    b = make_batch(seqs)
+    for i, s in enumerate(seqs):
+        n = s.features.shape[0]
+        assert b.tokens[i, : n + 1].tolist() == s.tokens
+        assert int(b.lengths[i]) == n
+        assert int(b.answer_from[i]) == s.prompt_len
+        torch.testing.assert_close(b.features[i, :n], s.features.float())

@@ -1,2 +1,0 @@
-"""Deterministic replay of recorded candidate pools: every arm, every cost model, eta and paired
-intervals (``echo-sd sim --traces ...``; :mod:`echo_scheduler.replay.cli`)."""
