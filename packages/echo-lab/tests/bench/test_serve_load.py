@@ -7,11 +7,11 @@ import math
 
 import pytest
 
+from echo_lab.bench.intervals import percentile
 from echo_lab.bench.serve_load import (
     Endpoint,
     RequestResult,
     arrival_offsets,
-    percentile,
     summarize,
 )
 

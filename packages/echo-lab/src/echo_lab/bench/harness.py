@@ -24,11 +24,11 @@ import torch
 
 from echo_core.sampling import SamplingParams
 from echo_lab.bench.fairness import RequestTimes
+from echo_lab.bench.intervals import percentile
 from echo_lab.bench.metrics import (
     PHASES,
     RunAccumulator,
     RunResult,
-    percentile,
     steady_rate,
     step_over_forward,
 )

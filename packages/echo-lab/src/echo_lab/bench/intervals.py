@@ -49,6 +49,18 @@ class PairedRatio:
         )
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100): linear interpolation between the sorted values at rank
+    ``(n - 1) q / 100``; NaN for no values."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    rank = (len(s) - 1) * q / 100
+    lo = math.floor(rank)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (rank - lo)
+
+
 def paired_ratio(
     reference: Sequence[Sequence[float]],
     candidate: Sequence[Sequence[float]],

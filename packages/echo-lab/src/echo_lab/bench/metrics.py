@@ -38,7 +38,7 @@ Definitions (per run = one policy on one workload at one concurrency):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -52,13 +52,6 @@ PHASES = ("prefill", "draft", "schedule", "verify", "accept", "commit", "emit")
 CONFIDENCE_BINS = 20
 HIST_DEPTHS = 8
 """Confidence histograms cover depths 1..HIST_DEPTHS; deeper nodes join the last depth."""
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100, linear interpolation); NaN for no values."""
-    if not values:
-        return math.nan
-    return float(torch.quantile(torch.tensor(values, dtype=torch.float64), q / 100.0))
 
 
 @dataclass(slots=True)

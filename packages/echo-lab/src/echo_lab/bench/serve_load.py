@@ -31,6 +31,7 @@ import grpc
 import httpx
 
 from echo_controller.security import auth_metadata
+from echo_lab.bench.intervals import percentile
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_proto.serving.v1 import serving_pb2_grpc
 from echo_server.prompts import Prompt
@@ -85,18 +86,6 @@ class RequestResult:
     @property
     def ok(self) -> bool:
         return self.error is None and self.e2e_s is not None
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100): linear interpolation between the sorted values at rank
-    ``(n - 1) q / 100``; NaN for no values."""
-    if not values:
-        return math.nan
-    s = sorted(values)
-    rank = (len(s) - 1) * q / 100
-    lo = math.floor(rank)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (rank - lo)
 
 
 def arrival_offsets(n: int, rate: float, seed: int) -> list[float]:
