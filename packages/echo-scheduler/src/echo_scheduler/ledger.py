@@ -49,7 +49,7 @@ ECHO keeps two ledgers, one for full drafting and one for depth 1 only, and a
 plain decoding while both lose. Asking only "does full drafting pay?" kept ECHO drafting in full
 whenever that was barely positive, although depth 1 alone paid more: at concurrency 8 on the
 Intel Xeon VM a fixed one-token draft per request (``static`` at K = 8) ran 5% ahead of ECHO
-(docs/BENCHMARKS.md, session 14).
+(docs/lab/2026-12-02.md).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ class ModeChooser:
       estimate current. Where the means cross often the loser is probed often; two ways of
       probing it less (a sticky incumbent, clocks never restarted) both lowered the demo's
       mean accepted length at batch 1 from 1.60-1.66 to 1.41-1.60 and its speedup with it
-      (docs/BENCHMARKS.md, session 15);
+      (docs/lab/2026-12-03.md);
     - both < 0: plain decoding, each ledger probing on its own clock
       (:meth:`DraftLedger.should_draft`), full drafting first.
     """

@@ -28,8 +28,8 @@ from tqdm import tqdm
 from echo_core.sampling import SamplingParams
 from echo_lab.bench.fairness import request_speedups
 from echo_lab.bench.harness import ClosedLoop, RunOutput, run_lockstep
-from echo_lab.bench.intervals import rotated, round_ratio
-from echo_lab.bench.metrics import RunAccumulator, RunResult, percentile
+from echo_lab.bench.intervals import percentile, rotated, round_ratio
+from echo_lab.bench.metrics import RunAccumulator, RunResult
 from echo_lab.bench.workloads import Workload
 from echo_lab.sim.trace import RecordedStep
 from echo_server.engine import Engine

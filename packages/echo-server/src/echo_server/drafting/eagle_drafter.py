@@ -16,7 +16,7 @@ the last committed row. Bookkeeping, with the root (the last emitted token) at p
   undrafted never runs them, not even its prompt (at c=32 on mtbench ECHO verifies 1.6-1.7 draft
   rows a step for 32 requests). Running every prompt through the head at prefill had put ECHO's
   total prefill time at c=32 4% (mtbench) and 15% (humaneval) above plain decoding's; deferred,
-  0.6% above and 3% below (two machines: docs/BENCHMARKS.md, sessions 17-18). A request with
+  0.6% above and 3% below (two machines: docs/lab/2026-12-04.md). A request with
   ``max_pending`` rows queued runs them at once (memory bound). Running queued rows later is the
   same causal computation as running them step by step.
 - ``expand`` of a node n at depth d >= 1 (path ``c_1..c_d`` from the root): one row

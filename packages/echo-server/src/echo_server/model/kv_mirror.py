@@ -10,7 +10,7 @@ The mirror keeps, per layer, K and V as ``[lanes, Hkv, cap, D]``: lane ``l`` is 
 then attend over ``mirror[lo:hi, :, :C]``, a strided view that SDPA reads without a copy (lanes
 of that range outside the group run as empty requests: zero query rows that see column 0 only,
 their output dropped). Head-major, so that each (request, KV head) block SDPA reads is one
-contiguous run: while this was built (session 25, plain decoding at c = 16 on MT-Bench, every
+contiguous run: while this was built (2026-12-05, plain decoding at c = 16 on MT-Bench, every
 group mirrored, one engine) the decode SDPA of a run took 5.8 s with ``[lanes, cap, Hkv, D]``
 against 4.1 s head-major, and 3.7 s on a fresh gather.
 
@@ -44,8 +44,8 @@ wrote are caught up (copied) the first time they are mirrored.
 
 Memory: ``2 L lanes cap Hkv D`` elements, allocated at the first mirrored forward for every
 slot-table row, the columns doubled as the requests need (old contents kept), refused (the
-forward reads the pool instead) beyond ``max_bytes``. Measured numbers: docs/BENCHMARKS.md,
-session 25.
+forward reads the pool instead) beyond ``max_bytes``. Measured numbers: docs/lab/2026-12-05.md
+(commit ``96e0c7c``).
 """
 
 from __future__ import annotations
@@ -68,8 +68,7 @@ at c = 8 (``scripts/profile_step_pieces.py``): at contexts of about 1,400 tokens
 took 87.7 ms from the mirrors against 136.2 ms gathering from the pool (about 700 tokens: 79.4
 against 106.8); at MT-Bench's 150-450 the two were level in one engine (20.0 against 20.3 ms of
 attention a step) and the mirrors 1-9% slower in lockstep rounds beside other engines, SDPA
-reading the mirrors from memory where it reads a fresh gather from cache (docs/BENCHMARKS.md,
-session 25)."""
+reading the mirrors from memory where it reads a fresh gather from cache (docs/lab/2026-12-05.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ The mask is passed to SDPA as an additive float mask, ``0`` where visible and ``
 already repeated for the query-head groups: that is what SDPA makes of a boolean mask, and
 :meth:`DensePlan.sdpa_mask` makes it once per forward instead of once per layer (a ``repeat``
 and a boolean-to-float ``where`` per layer were 5-14% of the forward's attention for draft
-trees at batch 8 on the Intel Xeon VM: docs/BENCHMARKS.md, session 16). Same values, so the
+trees at batch 8 on the Intel Xeon VM: docs/lab/2026-12-03.md). Same values, so the
 same outputs bit for bit.
 
 With ``TorchAttention(mirror=MirrorConfig(...))`` (what :class:`~echo_server.model.llama.
