@@ -68,7 +68,8 @@ at c = 8 (``scripts/profile_step_pieces.py``): at contexts of about 1,400 tokens
 took 87.7 ms from the mirrors against 136.2 ms gathering from the pool (about 700 tokens: 79.4
 against 106.8); at MT-Bench's 150-450 the two were level in one engine (20.0 against 20.3 ms of
 attention a step) and the mirrors 1-9% slower in lockstep rounds beside other engines, SDPA
-reading the mirrors from memory where it reads a fresh gather from cache (docs/lab/2026-12-05.md)."""
+reading the mirrors from memory where it reads a fresh gather from cache
+(docs/lab/2026-12-05.md)."""
 
 
 @dataclass(frozen=True, slots=True)
