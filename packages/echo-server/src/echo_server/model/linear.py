@@ -72,7 +72,11 @@ def packing_available(weight: Tensor, allow_bf16: bool = False) -> bool:
     if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
         return False
     ops = torch.ops.mkldnn
-    return hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")
+    if not (hasattr(ops, "_reorder_linear_weight") and hasattr(ops, "_linear_pointwise")):
+        return False
+    # oneDNN packs bfloat16 only where the CPU has AVX512-BW/VL/DQ or AVX-NE-CONVERT; elsewhere
+    # (an AVX2-only AMD EPYC, say) the reorder raises, so ask oneDNN first.
+    return weight.dtype != torch.bfloat16 or bool(ops._is_mkldnn_bf16_supported())
 
 
 class Linear:
