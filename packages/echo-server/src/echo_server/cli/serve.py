@@ -17,7 +17,7 @@ from typing import Any
 from echo_controller.cli import add_server_options, run_until_signalled, server_config
 from echo_controller.security import ClientTls, read_token
 from echo_server.cli.options import POLICY_CHOICES, add_engine_options, build_engine, load
-from echo_server.engine.budget import PROFILE_TOKENS
+from echo_server.engine.profile import PROFILE_TOKENS
 from echo_server.grpc.convert import RequestLimits
 from echo_server.grpc.lease import NodeIdentity
 from echo_server.grpc.node import NodeConfig, serve_node
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     cost = engine.budget.local.cost
     identity = NodeIdentity(
         node_id=args.node_id or "",  # "": from the bound port (grpc.node_identity)
-        k_max=engine.budget.local.budget(1),
+        k_max=engine.budget.local_k(1),
         pool=args.pool,
         target=loaded.source.name,
         drafter=engine.drafter.name,
