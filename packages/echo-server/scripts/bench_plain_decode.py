@@ -12,16 +12,18 @@ import argparse
 import gzip
 import importlib.util
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from echo_server.engine.greedy import greedy_generate
 from echo_server.kv import KVPool
 from echo_server.model import load_model
-from echo_server.model.hf_reference import load_hf_reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "model"))
+from reference import greedy_generate, load_hf_reference
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
