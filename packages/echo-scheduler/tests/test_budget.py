@@ -21,9 +21,9 @@ def test_local_budget_fixed_knee_and_clamp() -> None:
     assert LocalBudget(cost=HINGE, min_budget=4).budget(60) == 4
     assert LocalBudget(knee_tokens=96, max_budget=None).budget(32) == 64 == k_max_at(96, 32)
     assert LocalBudget().budget(3) is None
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at most one"):
         LocalBudget(fixed=1, cost=HINGE)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be >= 0"):
         LocalBudget(fixed=-1)
 
 
@@ -31,14 +31,15 @@ def test_lease_and_cap_only_lower_k() -> None:
     chain = BudgetChain(LocalBudget(fixed=16))
     assert chain.k(4) == 16
     chain.set_lease(5)
-    assert chain.k(4) == 5 and chain.local_k(4) == 16
+    assert chain.k(4) == 5
+    assert chain.local_k(4) == 16
     chain.set_lease(64)
     assert chain.k(4) == 16
     assert chain.k(4, cap=3) == 3
     chain.set_lease(None)
     assert chain.k(4) == 16
     for bad in (-1, True, 1.5):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="budget override"):
             chain.set_lease(bad)  # type: ignore[arg-type]
 
 
