@@ -3,7 +3,7 @@
 Verify: for every B in ``--batches`` and r in ``--draft-rows``, B requests with a cached context
 of ``--context`` tokens each verify a chain of r draft rows (``B (1 + r)`` rows): the median of
 passes of the embedded target's forward + logits, called as the engine calls it
-(``echo_server.engine.budget.time_verify``), then made non-decreasing in rows (running maximum):
+(``echo_server.engine.profile.time_verify``), then made non-decreasing in rows (running maximum):
 timing noise can make a pass over more rows measure faster, and the replay's oracle bound
 relies on more rows never costing less. The points are measured in ``--rounds`` interleaved
 rounds (every (B, r) once per round, the order rotated round by round, ``--repeats`` passes
@@ -44,7 +44,7 @@ from echo_lab.replay.costs import load_profiled, save_profiled
 from echo_server.cli import build_parser
 from echo_server.cli.options import build_engine, load
 from echo_server.engine import GenerationRequest
-from echo_server.engine.budget import time_verify
+from echo_server.engine.profile import time_verify
 from echo_server.model.loader import LoadedModel
 
 

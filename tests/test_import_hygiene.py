@@ -8,6 +8,9 @@
 - echo_server's layers point one way: ``model`` (the runner) never imports ``kv`` (the slot pool
   built on it), and the imports between ``model``, ``kv``, ``drafting`` and ``engine`` have no
   cycle (today: engine -> drafting, kv, model; kv -> model; drafting -> model).
+- The serving node is transport-free: ``echo_server.node`` imports neither adapter
+  (``echo_server.grpc``, ``echo_server.http``), the gRPC adapter never imports the HTTP one, and
+  only the CLI (``echo-sd serve`` assembles the process) imports both.
 
 Modules are listed with :func:`pkgutil.iter_modules` over each ``src`` tree and their imports read
 with :mod:`ast` (every ``import`` statement, also inside functions and ``TYPE_CHECKING`` blocks).
@@ -186,3 +189,12 @@ def test_model_kv_drafting_engine_imports_have_no_cycle() -> None:
     assert set(graph) == layers
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle between echo_server layers: " + " -> ".join(cycle or [])
+
+
+def test_the_node_imports_no_transport_and_only_the_cli_assembles_both() -> None:
+    graph = server_layer_graph()
+    assert "node" in graph
+    assert not graph["node"] & {"grpc", "http"}, f"echo_server.node imports {graph['node']}"
+    assert "http" not in graph["grpc"]
+    both = sorted(layer for layer, deps in graph.items() if {"grpc", "http"} <= deps)
+    assert both == ["cli"], f"layers importing both transports: {both}"

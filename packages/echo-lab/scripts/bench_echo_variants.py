@@ -79,7 +79,7 @@ from echo_server.cli import build_parser
 from echo_server.cli.options import load
 from echo_server.drafting.eagle_drafter import EagleDrafter
 from echo_server.engine import Engine
-from echo_server.engine.budget import PROFILE_TOKENS, measure_profile_rounds
+from echo_server.engine.profile import PROFILE_TOKENS, measure_profile_rounds
 from echo_server.model.llama import default_mirror
 from echo_server.model.torch_attention import TorchAttention
 

@@ -33,8 +33,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from echo_core.acceptance import AcceptResult
-from echo_sglang.accept import accept_result
+from echo_core.acceptance import PAD_NODE, AcceptResult
 from echo_sglang.padded import PaddedVerifyInput
 
 TRITON_IMPORTED_EARLY = "triton" in sys.modules and "TRITON_INTERPRET" not in os.environ
@@ -79,6 +78,43 @@ class SGLang:
             target_predict.view(b, t),
         )
         return accept_result(accept_index, accepted, predicts, t)
+
+
+def accept_result(
+    accept_index: Tensor,  # [B, L] int32/int64, flat padded slots, -1 after the accepted path
+    accept_token_num: Tensor,  # [B] int, accepted draft nodes per request
+    predicts: Tensor,  # [B * T] int, target token at the accepted slots
+    num_draft_tokens: int,  # T
+) -> AcceptResult:
+    """SGLang's verify outputs read back as echo-core's AcceptResult (test-side only).
+
+    ``accept_index[b, 0]`` is the root's flat slot ``b T``, then the flat slots ``b T + 1 + i``
+    of the accepted nodes in depth order, -1 after; ``accept_token_num`` counts accepted draft
+    nodes (the bonus not counted); the bonus token of request b is
+    ``predicts[accept_index[b, accept_token_num[b]]]``. (echo_sglang.accept until 2026-12-05.)
+    """
+    b, width = accept_index.shape
+    t = num_draft_tokens
+    if accept_token_num.shape != (b,) or predicts.shape != (b * t,):
+        raise ValueError(
+            f"accept_token_num must be [B={b}] and predicts [B*T={b * t}], got "
+            f"{tuple(accept_token_num.shape)} and {tuple(predicts.shape)}"
+        )
+    count = accept_token_num.to(torch.int64)
+    if b and bool(((count < 0) | (count >= width)).any()):
+        raise ValueError(f"accept_token_num must lie in [0, {width - 1}], got {count.tolist()}")
+    index = accept_index.to(torch.int64)
+    level = torch.arange(1, width, device=index.device)  # [L - 1]
+    valid = level.unsqueeze(0) <= count.unsqueeze(1)  # [B, L - 1]
+    base = torch.arange(b, device=index.device).unsqueeze(1) * t
+    nodes = torch.where(valid, index[:, 1:] - base - 1, PAD_NODE)
+    keep = int(count.max()) if b else 0
+    last = index.gather(1, count.unsqueeze(1)).squeeze(1)  # [B] flat slot of the last accepted
+    return AcceptResult(
+        accepted_nodes=nodes[:, :keep].contiguous(),
+        num_accepted=count,
+        bonus_token=predicts.to(torch.int64)[last],
+    )
 
 
 def _fetch() -> str | None:

@@ -1,10 +1,9 @@
-"""Padded and ragged verify attention agree, through SGLang's own Triton extend-attention kernel.
+"""Padded verify attention through SGLang's own Triton extend-attention kernel.
 
-The padded path runs ``B T`` query rows with FULL_MASK blocks ``[T, p_b + T]``; the ragged path
-runs only the real rows with blocks ``[n_b + 1, p_b + n_b + 1]``. Both go through
+The padded path runs ``B T`` query rows with FULL_MASK blocks ``[T, p_b + T]`` through
 ``extend_attention_fwd`` (SGLang's Triton backend for target verify) with the prefix columns of
-the mask honoured (``skip_prefix_custom_mask=False``, as FlashInfer's custom-mask prefill does),
-and both must match echo-kernels' ragged tree attention (torch reference) on the real rows.
+the mask honoured (``skip_prefix_custom_mask=False``, as FlashInfer's custom-mask prefill does);
+on the real rows it must match echo-kernels' ragged tree attention (torch reference).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from torch import Tensor
 from echo_kernels.attention_metadata import verify_metadata
 from echo_kernels.tree_attention import tree_attention
 from echo_sglang.masks import TreeMaskMode
-from echo_sglang.ragged import ragged_verify_input
+from echo_sglang.padded import padded_verify_input
 
 from .conftest import SGLang
 from .synthetic_pool import distinct_sibling_tree
@@ -40,13 +39,14 @@ def _extend(
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_padded_and_ragged_attention_agree_with_tree_attention(sgl: SGLang, seed: int) -> None:
+def test_padded_attention_agrees_with_tree_attention(sgl: SGLang, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
     b, t = 3, 8
     tree = distinct_sibling_tree(gen, b, max_nodes=t - 1)
     seq_lens = torch.tensor([3, 0, 6])[:b]
-    ragged = ragged_verify_input(tree, torch.arange(b), seq_lens, num_draft_tokens=t)
-    padded = ragged.padded
+    padded = padded_verify_input(tree, torch.arange(b), seq_lens, num_draft_tokens=t)
+    q_len = padded.num_tokens.tolist()  # real rows per request: root + nodes
+    rows = torch.tensor([r * t + j for r in range(b) for j in range(q_len[r])])
 
     # KV pool: request r's cached token j lives in slot req_to_slot[r, j] (shuffled).
     slots = torch.randperm(int(seq_lens.sum()) + 5, generator=gen)
@@ -71,17 +71,8 @@ def test_padded_and_ragged_attention_agree_with_tree_attention(sgl: SGLang, seed
         mask_indptr_padded, t,
     )  # fmt: skip
 
-    rows = ragged.padded_row
-    out_ragged = _extend(
-        sgl, q[rows].contiguous(), k[rows].contiguous(), v[rows].contiguous(), (k_pool, v_pool),
-        ragged.qo_indptr, (kv_indptr, kv_indices), ragged.custom_mask, ragged.mask_indptr,
-        ragged.max_q_len,
-    )  # fmt: skip
-    assert torch.allclose(out_padded[rows], out_ragged, atol=ATOL)
-    assert torch.allclose(ragged.scatter(out_ragged)[rows], out_padded[rows], atol=ATOL)
-
     meta = verify_metadata(tree, seq_lens, req_to_slot)
     reference = tree_attention(
         q[rows], k[rows], v[rows], k_pool, v_pool, meta, scale=DIM**-0.5, backend="torch"
     )
-    assert torch.allclose(out_ragged, reference, atol=ATOL)
+    assert torch.allclose(out_padded[rows], reference, atol=ATOL)

@@ -1,4 +1,4 @@
-"""Mask encodings, the ragged row maps and SGLang's accept outputs, by hand (no sglang needed)."""
+"""Mask encodings, by hand (no sglang needed)."""
 
 from __future__ import annotations
 
@@ -6,32 +6,13 @@ import pytest
 import torch
 
 from echo_core.tree import make_tree
-from echo_sglang.accept import accept_result, step_outcome
 from echo_sglang.masks import TreeMaskMode, bitpacked_mask, full_mask, write_mask
 from echo_sglang.padded import padded_verify_input
-from echo_sglang.ragged import ragged_verify_input
 
 # Request 0: root + chain a -> b (3 rows, 2 cached tokens); request 1: root only (1 cached).
 TREE = make_tree([[(5, -1, -0.1), (6, 0, -0.2)], []])
 ROOTS = torch.tensor([1, 2])
 SEQ_LENS = torch.tensor([2, 1])
-
-
-def test_full_mask_blocks_by_hand() -> None:
-    ragged = ragged_verify_input(TREE, ROOTS, SEQ_LENS, num_draft_tokens=4)
-    p, n = 1, 0  # True / False, for reading the blocks below
-    expected = [
-        p, p, p, n, n,  # request 0, root: prefix (2), then rows root, a, b
-        p, p, p, p, n,  # a
-        p, p, p, p, p,  # b
-        p, p,  # request 1, root: prefix (1), root
-    ]  # fmt: skip
-    assert ragged.custom_mask.tolist() == [bool(x) for x in expected]
-    assert ragged.mask_indptr.tolist() == [0, 15, 17]
-    assert ragged.qo_indptr.tolist() == [0, 3, 4]
-    assert ragged.padded_row.tolist() == [0, 1, 2, 4]
-    assert ragged.positions.tolist() == [2, 3, 4, 1]
-    assert ragged.draft_token.tolist() == [1, 5, 6, 2]
 
 
 def test_padded_full_mask_adds_prefix_columns_to_every_row() -> None:
@@ -100,27 +81,3 @@ def test_write_mask_refuses_other_dtypes_and_short_buffers(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         write_mask(buffer, mask)
-
-
-def test_scatter_and_gather_between_packed_and_padded_rows() -> None:
-    ragged = ragged_verify_input(TREE, ROOTS, SEQ_LENS, num_draft_tokens=3)
-    rows = torch.tensor([[10.0], [11.0], [12.0], [20.0]])
-    padded = ragged.scatter(rows, fill=-1.0)
-    assert padded.flatten().tolist() == [10.0, 11.0, 12.0, 20.0, -1.0, -1.0]
-    assert torch.equal(ragged.gather(padded), rows)
-    with pytest.raises(ValueError, match="expected 4 packed rows"):
-        ragged.scatter(rows[:3])
-
-
-def test_accept_outputs_read_back_as_nodes_and_bonus() -> None:
-    # T = 4: request 0 accepted slots 1, 2 (nodes 0, 1); request 1 none.
-    accept_index = torch.tensor([[0, 1, 2], [4, -1, -1]], dtype=torch.int32)
-    predicts = torch.tensor([5, 6, 9, 0, 3, 0, 0, 0], dtype=torch.int32)
-    result = accept_result(accept_index, torch.tensor([2, 0], dtype=torch.int32), predicts, 4)
-    assert result.accepted_nodes.tolist() == [[0, 1], [-1, -1]]
-    assert result.bonus_token.tolist() == [9, 3]
-    assert result.emitted_tokens(TREE) == [[5, 6, 9], [3]]
-    outcome = step_outcome(result, torch.tensor([2, 0]))
-    assert outcome.accepted_lengths.tolist() == [2, 0]
-    with pytest.raises(ValueError, match=r"must lie in \[0, 2\]"):
-        accept_result(accept_index, torch.tensor([3, 0]), predicts, 4)

@@ -10,7 +10,6 @@ from echo_core.acceptance import AcceptResult, greedy_accept
 from echo_core.tree import TreeBatch, make_tree
 from echo_core.verify_rows import verify_offsets
 from echo_sglang.padded import PaddedVerifyInput, padded_verify_input
-from echo_sglang.ragged import ragged_verify_input
 
 from .conftest import SGLang
 from .synthetic_pool import distinct_sibling_tree, following_targets
@@ -53,24 +52,6 @@ def test_padded_layout_accepts_the_reference_path(sgl: SGLang, seed: int) -> Non
     ours = sgl.greedy(layout, _padded_target(tree, target, t))
     _assert_same(ours, ref)
     assert int(ref.num_accepted.sum()) > 0 or tree.num_nodes == 0
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_ragged_rows_scattered_back_accept_the_same_path(sgl: SGLang, seed: int) -> None:
-    gen = torch.Generator().manual_seed(100 + seed)
-    b = 2 + seed % 3
-    tree = distinct_sibling_tree(gen, b, max_nodes=8)
-    target = following_targets(tree, gen)
-    ragged = ragged_verify_input(tree, _roots(b), torch.full((b,), 4), num_draft_tokens=9)
-    assert ragged.num_rows == b + tree.num_nodes
-    # The forward runs over the packed rows (echo-core's verify-row order) ...
-    assert torch.equal(ragged.draft_token[verify_offsets(tree)[:-1]], _roots(b))
-    packed_argmax = target  # one output per packed row
-    # ... and its outputs go back to SGLang's padded slots before verification.
-    padded_target = ragged.scatter(packed_argmax, fill=JUNK)
-    ours = sgl.greedy(ragged.padded, padded_target)
-    _assert_same(ours, greedy_accept(tree, target))
-    assert torch.equal(ragged.gather(padded_target), packed_argmax)
 
 
 def test_requests_without_nodes_emit_the_root_argmax(sgl: SGLang) -> None:

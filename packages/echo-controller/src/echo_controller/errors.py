@@ -3,7 +3,7 @@
 All derive from :class:`ControlPlaneError`, a ``ValueError`` like echo-core's ``EchoError`` but
 not one: echo-core needs torch, and the controller must not. Serving nodes raise and catch
 :class:`FieldError` for their own messages too (the node-only errors stay in
-``echo_server.grpc.errors``).
+``echo_server.node.errors``).
 """
 
 from __future__ import annotations

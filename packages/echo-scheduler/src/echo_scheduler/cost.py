@@ -109,7 +109,7 @@ class VerifyCostModel:
 
     def k_max(self, batch_size: int) -> int:
         """Draft tokens verifiable before the knee: ``max(0, floor(T0) - B)``."""
-        return max(0, math.floor(self.knee_tokens) - batch_size)
+        return k_max_at(self.knee_tokens, batch_size)
 
     @staticmethod
     def fit(tokens: Sequence[float], latency_s: Sequence[float]) -> VerifyCostModel:
@@ -205,6 +205,12 @@ class ProfileCost:
         t0, t1, y0, y1 = t[i - 1], t[i], y[i - 1], y[i]
         inside = (y0 + (y1 - y0) / (t1 - t0) * (x - t0)).clamp(min=0.0)
         return torch.where(x <= t[0], y[0], inside)
+
+
+def k_max_at(knee_tokens: float, batch_size: int) -> int:
+    """``K_max = max(0, floor(T0) - B)``: draft tokens a verify pass over ``B`` roots takes before
+    its knee ``T0`` (module docstring); the one formula of the knee budget."""
+    return max(0, math.floor(knee_tokens) - batch_size)
 
 
 def _fit_with_knee(t: Tensor, y: Tensor, knee: float) -> VerifyCostModel:

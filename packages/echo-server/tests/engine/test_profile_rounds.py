@@ -1,4 +1,4 @@
-"""The verify profile timed in interleaved rounds (engine/budget.py ``measure_profile_rounds``)."""
+"""The verify profile timed in interleaved rounds (engine/profile.py ``measure_profile_rounds``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from echo_scheduler.cost import ProfileCost
 from echo_scheduler.errors import CostModelError
-from echo_server.engine.budget import measure_profile_rounds
+from echo_server.engine.profile import measure_profile_rounds
 from echo_server.model.loader import LoadedModel
 
 

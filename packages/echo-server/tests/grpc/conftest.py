@@ -21,11 +21,11 @@ from echo_proto.serving.v1 import serving_pb2_grpc
 from echo_scheduler.policies import make_policy
 from echo_server.drafting import Drafter, NgramDrafter
 from echo_server.engine import Engine, EngineConfig
-from echo_server.grpc.convert import RequestLimits
-from echo_server.grpc.engine_thread import EngineThread
 from echo_server.grpc.generation_service import SERVICE_NAME, GenerationService
-from echo_server.grpc.metrics import NodeMetrics
 from echo_server.model.loader import LoadedModel
+from echo_server.node.engine_thread import EngineThread
+from echo_server.node.limits import RequestLimits
+from echo_server.node.metrics import NodeMetrics
 
 CALL_TIMEOUT_S = 60.0
 

@@ -18,9 +18,9 @@ from echo_proto.budget.v1 import budget_pb2 as bpb
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_server.engine import FinishReason
 from echo_server.grpc import convert
-from echo_server.grpc.convert import RequestLimits
-from echo_server.grpc.lease import NodeReport
-from echo_server.grpc.request_items import RequestSummary
+from echo_server.node.items import RequestSummary
+from echo_server.node.lease import NodeReport
+from echo_server.node.limits import RequestLimits
 
 LIMITS = RequestLimits(vocab_size=100, policy="echo", default_max_tokens=7, max_tokens=64)
 S = spb.SamplingParams

@@ -18,12 +18,12 @@ from echo_scheduler.policies import make_policy
 from echo_server.drafting import NgramDrafter
 from echo_server.engine import Engine, EngineConfig
 from echo_server.grpc.backoff import Backoff
-from echo_server.grpc.engine_thread import EngineThread
-from echo_server.grpc.gate_drift import GateObserver
-from echo_server.grpc.lease import NodeIdentity
 from echo_server.grpc.lease_client import FALLBACK_K, LeaseClient
-from echo_server.grpc.node_identity import bound_node_id
 from echo_server.model.loader import LoadedModel
+from echo_server.node.drift import GateObserver
+from echo_server.node.engine_thread import EngineThread
+from echo_server.node.identity import bound_node_id
+from echo_server.node.lease import NodeIdentity
 
 from .conftest import eventually, start_controller
 

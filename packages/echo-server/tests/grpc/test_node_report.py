@@ -9,11 +9,11 @@ from echo_gating.policy import GatePolicy
 from echo_scheduler.policies import make_policy
 from echo_server.drafting import NgramDrafter
 from echo_server.engine import Engine, EngineConfig, GenerationRequest
-from echo_server.grpc.engine_thread import EngineThread
-from echo_server.grpc.gate_drift import GateObserver
-from echo_server.grpc.lease import NodeIdentity
 from echo_server.grpc.lease_client import LeaseClient
 from echo_server.model.loader import LoadedModel
+from echo_server.node.drift import GateObserver
+from echo_server.node.engine_thread import EngineThread
+from echo_server.node.lease import NodeIdentity
 
 # Prompt lookup accepts drafts on text that repeats itself, so accepted tokens are > 0.
 PROMPT = "Repeat exactly, five times: the cat sat on the mat. the cat sat on the mat."

@@ -16,12 +16,12 @@ import pytest
 
 from echo_controller.server import ServerConfig
 from echo_scheduler.policies import make_policy
+from echo_server.cli.serve import NodeConfig, serve_node
 from echo_server.drafting import NgramDrafter
 from echo_server.engine import Engine, EngineConfig
-from echo_server.grpc.convert import RequestLimits
-from echo_server.grpc.lease import NodeIdentity
-from echo_server.grpc.node import NodeConfig, serve_node
 from echo_server.model.loader import LoadedModel
+from echo_server.node.lease import NodeIdentity
+from echo_server.node.limits import RequestLimits
 
 MODEL = "smollm2-test"
 START_TIMEOUT_S = 60.0

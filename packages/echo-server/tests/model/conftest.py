@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from echo_server.model import LoadedModel
-from echo_server.model.hf_reference import load_hf_reference
+
+from .reference import load_hf_reference
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -24,9 +24,10 @@ from echo_core.layouts import verify_positions
 from echo_core.tolerance import float_tolerance
 from echo_core.tree import make_tree
 from echo_core.verify_rows import verify_offsets
-from echo_server.engine.greedy import greedy_generate
 from echo_server.kv import KVPool, RequestHandle, commit_verified
 from echo_server.model import LlamaModel, LoadedModel, ragged_positions, tree_row_mask
+
+from .reference import greedy_generate
 
 pytestmark = pytest.mark.slow
 PROMPTS = [

@@ -7,8 +7,7 @@ is plain torch over echo-core/echo-scheduler and is tested on CPU against SGLang
 - :mod:`.args`, :mod:`.config`: the ``--speculative-echo-*`` flags, checked against EAGLE's;
 - :mod:`.eagle_pool`: SGLang's EAGLE draft pool as an echo-core candidate pool;
 - :mod:`.selection`, :mod:`.step`: a policy driven over that pool, one step end to end;
-- :mod:`.padded` (phase 1), :mod:`.ragged` (phase 2), :mod:`.masks`: SGLang's verify layouts;
-- :mod:`.accept`: SGLang's verify outputs as echo-core accept results;
+- :mod:`.padded`, :mod:`.masks`: SGLang's padded verify layout and its mask encodings;
 - :mod:`.pool_capture`: the hook that hands EAGLE's pool to ECHO;
 - :mod:`.graph_pool`: the same pool read back after a replay of the draft-decode CUDA graph.
 

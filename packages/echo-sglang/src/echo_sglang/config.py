@@ -8,16 +8,21 @@ most ``N - 1`` nodes and a step at most ``B (N - 1)``.
 
 Worked example: ``S = 3, k = 4, N = 9`` gives ``M = 36`` candidates and per-request caps of 8;
 ``--speculative-echo-budget auto --speculative-echo-knee-tokens 96`` at batch 32 gives
-``K = min(96 - 32, 32 * 8) = 64`` draft tokens per step.
+``K = min(96 - 32, 32 * 8) = 64`` draft tokens per step. K comes from echo-scheduler's budget
+chain (:mod:`echo_scheduler.budget`, the engine's too): the flags choose its first link (fixed,
+or the knee), the padded width ``B (N - 1)`` is the step's cap.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from torch import Tensor
+
 from echo_gating.policy import GatePolicy
+from echo_scheduler.budget import BudgetChain, LocalBudget
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.interface import BasePolicy
+from echo_scheduler.interface import BasePolicy, StepBatch
 from echo_scheduler.policies import make_policy
 from echo_sglang.args import EchoArgs, PluginConfigError
 
@@ -57,6 +62,7 @@ class EchoConfig:
     num_draft_tokens: int  # N, root included: the padded verify width
     policy_config: PolicyConfig
     gate: GatePolicy | None
+    budget: BudgetChain  # echo-scheduler's one chain (:func:`budget_chain`), capped at B (N - 1)
 
     @property
     def max_nodes_per_request(self) -> int:
@@ -64,17 +70,26 @@ class EchoConfig:
 
     def step_budget(self, batch_size: int) -> int:
         """K for a batch of ``batch_size`` requests (module docstring), ``0 <= K <= B (N - 1)``."""
-        cap = batch_size * self.max_nodes_per_request
-        budget, knee = self.args.budget, self.args.knee_tokens
-        if budget != "auto":
-            return min(budget, cap)
-        if knee is not None:
-            return min(max(knee - batch_size, 0), cap)
-        return cap
+        return self.budget.k(batch_size, cap=batch_size * self.max_nodes_per_request)
+
+    def step_batch(self, max_nodes: Tensor) -> StepBatch:
+        """The chain's :class:`StepBatch` for ``len(max_nodes)`` requests, K from
+        :meth:`step_budget` (no floor: the plugin prices no rows)."""
+        b = int(max_nodes.numel())
+        return self.budget.step(max_nodes, cap=b * self.max_nodes_per_request)
 
     def make_policy(self) -> BasePolicy:
         """A fresh policy instance (one per SGLang worker: policies keep per-step state)."""
         return make_policy(self.args.policy, self.policy_config, self.gate)
+
+
+def budget_chain(args: EchoArgs) -> BudgetChain:
+    """``--speculative-echo-budget`` / ``--speculative-echo-knee-tokens`` as a budget chain: K
+    fixed, or ``auto``: the knee's ``K_max(B)`` (no clamp beyond the step's cap), or with no knee
+    no local limit (the step's cap, the tokens SGLang's EAGLE would verify)."""
+    if args.budget != "auto":
+        return BudgetChain(LocalBudget(fixed=args.budget))
+    return BudgetChain(LocalBudget(knee_tokens=args.knee_tokens, max_budget=None))
 
 
 def resolve(args: EchoArgs, eagle: EagleShape) -> EchoConfig:
@@ -117,4 +132,4 @@ def resolve(args: EchoArgs, eagle: EagleShape) -> EchoConfig:
         make_policy(args.policy, config, gate)  # fail now, not in the first decode step
     except ValueError as exc:
         raise PluginConfigError(f"--speculative-echo-policy {args.policy}: {exc}") from exc
-    return EchoConfig(args, steps, topk, n, config, gate)
+    return EchoConfig(args, steps, topk, n, config, gate, budget_chain(args))

@@ -109,9 +109,8 @@ def validate_server_args(server_args: Any) -> None:
         )
     if args.verify == "ragged":
         raise PluginConfigError(
-            "--speculative-echo-verify ragged: the ragged layout (echo_sglang."
-            "ragged) is built and checked against SGLang's Triton attention on CPU, but SGLang "
-            "0.5.23 has no ragged target-verify path for EAGLE-family algorithms to feed it; "
+            "--speculative-echo-verify ragged: SGLang 0.5.23 has no ragged target-verify path "
+            "for EAGLE-family algorithms, so ECHO builds no ragged layout yet; "
             "serve with --speculative-echo-verify padded"
         )
     config_from_server_args(server_args, args)

@@ -29,7 +29,6 @@ from torch import Tensor
 
 from echo_core.tree import TreeBatch
 from echo_gating.drift import DriftConfig, DriftMonitor, DriftReport
-from echo_scheduler.interface import StepBatch
 from echo_sglang.config import EchoConfig
 from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
 from echo_sglang.feedback import FeedbackError, StepFeedback, step_feedback
@@ -81,7 +80,7 @@ class EchoStep:
         caps = torch.full(
             (b,), cfg.max_nodes_per_request, dtype=torch.int64, device=pool.tree.device
         )
-        batch = StepBatch(batch_size=b, budget=cfg.step_budget(b), max_nodes=caps)
+        batch = cfg.step_batch(caps)
         selection = self.replay.select(pool.tree, pool.rank, batch)
         self._planned = (pool.tree, selection)
         layout = padded_verify_input(

@@ -1,4 +1,4 @@
-"""Step phase 5: accept a path per request from the verify logits, through echo-kernels.
+"""Step phase 4 (accept): a path per request from the verify logits, through echo-kernels.
 
 All-greedy batches use the greedy rule on the argmax; otherwise every row's target
 distribution comes from its request's temperature / top-k / top-p (temperature 0 rows become

@@ -1,4 +1,4 @@
-"""Step phase 1: which waiting requests enter the running batch, and their KV reservation.
+"""Before the decode phases: which waiting requests enter the running batch, their KV reservation.
 
 Admission is by worst case: a request reserves ``prompt + max_tokens`` KV slots, and the pool
 keeps ``verify_slack = K(1) + max_batch`` slots spare for the transient tree rows of a verify

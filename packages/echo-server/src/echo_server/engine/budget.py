@@ -1,226 +1,47 @@
-"""The per-step verification budget K: fixed, or from a verify-cost profile measured here.
+"""The engine's budget chain: echo-scheduler's :class:`~echo_scheduler.budget.BudgetChain` built
+from the engine's knobs and the verify profile measured on this machine.
 
-Auto mode times one target verify pass over ``T`` tokens for a few ``T`` (a single request with a
-chain of ``T - 1`` draft rows after a short cached prefix, the model's real forward), fits
-echo-scheduler's hinge ``t(T) = base + s_mem T + s_cmp max(0, T - T0)`` and uses
+``budget`` an int: a fixed K; ``"auto"``: the knee of the hinge fitted to the profile,
 
-    K(B) = clamp(K_max(B), min_budget, max_budget),  K_max(B) = max(0, floor(T0) - B)
+    K(B) = clamp(K_max(B), 0, 256),  K_max(B) = max(0, floor(T0) - B)
 
-i.e. fill the verify pass up to the knee where extra tokens start to cost. The profile is cached
-as JSON (keyed by model, dtype, device and thread count) so later starts skip the measurement.
+i.e. fill the verify pass up to the knee where extra tokens start to cost. With ``elastic`` the
+chain also prices rows with the elastic floor over the same profile. The profile itself (timing,
+cache) is :mod:`echo_server.engine.profile`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
-from dataclasses import dataclass
-from pathlib import Path
-
-import structlog
-import torch
-
-from echo_core.tree import make_tree
-from echo_scheduler.cost import ProfileCost, VerifyCostModel
-from echo_scheduler.errors import CostModelError
-from echo_server.kv.pool import KVPool
-from echo_server.model.attention import tree_row_mask
+from echo_scheduler.budget import BudgetChain, LocalBudget
+from echo_scheduler.cost import VerifyCostModel
+from echo_scheduler.elastic import ElasticFloor
+from echo_server.engine.profile import load_or_measure_profile
 from echo_server.model.llama import LlamaModel
 
-log = structlog.get_logger(__name__)
+__all__ = ["FLOOR_SLOPE_ROWS", "engine_budget"]
 
-PROFILE_TOKENS = (*range(1, 9), 10, 12, 16, 24, 32, 48, 64, 96)
-"""Verify-pass sizes the profile times: every count up to 8, where a CPU's cost is a staircase
-(on the AMD EPYC VM 1-6 rows within 6% of one another, the seventh +20%:
-scripts/bench_row_staircase.py), then sparser; the profile extends its last slope past 96."""
-PROFILE_ROUNDS = 5
-"""Interleaved rounds of the start-up profile (:func:`measure_profile_rounds`)."""
 FLOOR_SLOPE_ROWS = 6.0
 """The elastic floor's least slope window in rows (``ElasticFloor(slope_rows=...)``): the width of
 that staircase's steps on the EPYC, so the floor's slope past the recent row count is a step's
 cost per row, never 0 or a whole step. With these points (and 128, timed in 7 rounds) it lifted
 ECHO at c = 4 from 1.044 to 1.088 of plain decoding on HumanEval and from 0.985 to 1.018 on
-MT-Bench (lockstep, the bench's ``echo-stairs`` arm; docs/BENCHMARKS.md, session 23). A GPU's
+MT-Bench (lockstep, the bench's ``echo-stairs`` arm; docs/BENCHMARKS.md, 2026-12-04). A GPU's
 profile is flat below its knee, so the window changes nothing there but the few rows around
 the knee."""
-PREFIX = 64
-REPEATS = 3
-DEFAULT_CACHE = Path.home() / ".cache" / "echo" / "verify_cost"
 
 
-@dataclass(frozen=True, slots=True)
-class LocalBudget:
-    """K per step: ``fixed`` when set, else from ``cost`` at the batch size."""
-
-    fixed: int | None = None
-    cost: VerifyCostModel | None = None
-    min_budget: int = 0
-    max_budget: int = 256
-
-    def __post_init__(self) -> None:
-        if (self.fixed is None) == (self.cost is None):
-            raise ValueError("give exactly one of a fixed budget and a cost model")
-        if self.fixed is not None and self.fixed < 0:
-            raise ValueError(f"budget must be >= 0, got {self.fixed}")
-
-    def budget(self, batch_size: int) -> int:
-        if self.fixed is not None:
-            return self.fixed
-        assert self.cost is not None
-        return min(max(self.cost.k_max(batch_size), self.min_budget), self.max_budget)
-
-
-class StepBudget:
-    """K for each step: the local :class:`LocalBudget`, capped by a controller's lease.
-
-    ``k(B) = min(local.budget(B), lease)`` while a lease is held, else ``local.budget(B)``. The
-    lease never lifts K above the local budget: the KV slack of admitted requests was sized for
-    it, and past the local knee extra tokens cost more than they earn.
-    """
-
-    def __init__(self, local: LocalBudget) -> None:
-        self.local = local
-        self.lease: int | None = None
-
-    @classmethod
-    def for_model(cls, budget: int | str, model: LlamaModel) -> StepBudget:
-        """``budget`` an int K, or ``"auto"``: K_max of the verify profile measured here."""
-        if isinstance(budget, int):
-            return cls(LocalBudget(fixed=budget))
-        return cls(LocalBudget(cost=load_or_measure(model)))
-
-    def set_lease(self, k: int | None) -> None:
-        """Cap K at ``k`` from the next step on; None restores the local policy."""
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
-            raise ValueError(f"budget override must be an int >= 0 or None, got {k!r}")
-        self.lease = k
-
-    def k(self, batch_size: int) -> int:
-        local = self.local.budget(batch_size)
-        return local if self.lease is None else min(local, self.lease)
-
-
-def measure_profile_rounds(
-    model: LlamaModel, tokens: tuple[int, ...] = PROFILE_TOKENS, rounds: int = 9
-) -> list[float]:
-    """Median seconds of one verify pass over each T in ``tokens``, timed in ``rounds`` interleaved
-    rounds (one request, a cached prefix of ``PREFIX`` tokens, a chain of ``T - 1`` draft rows):
-    each round times one pass per T, the T's order rotated by one every round. Timing the T's one
-    after another (the start-up profile until session 23) turns the machine's drift between
-    them into slope: on the AMD EPYC VM the cached profile's 8 -> 16 token slope was 3.8 ms per
-    token against 2.1 [1.9, 2.4] measured interleaved (docs/BENCHMARKS.md, session 19)."""
-    if rounds < 1 or not tokens or min(tokens) < 1:
-        raise CostModelError(f"need rounds >= 1 and token counts >= 1, got {rounds}, {tokens}")
-    rig = _VerifyRig(model, 1, PREFIX, max(tokens))
-    order = list(tokens)
-    times: dict[int, list[float]] = {t: [] for t in order}
-    for t in order:  # warm-up
-        rig.seconds(t - 1)
-    for r in range(rounds):
-        k = r % len(order)
-        for t in order[k:] + order[:k]:
-            times[t].append(rig.seconds(t - 1))
-    return [sorted(times[t])[rounds // 2] for t in tokens]
-
-
-def time_verify(
-    model: LlamaModel, batch: int, draft_rows: int, context: int, repeats: int = REPEATS
-) -> float:
-    """Median seconds of the target's verify forward + logits over ``batch`` requests, each a
-    cached context of ``context`` tokens and a chain of ``draft_rows`` draft rows (``batch *
-    (1 + draft_rows)`` rows), after one warm-up pass."""
-    rig = _VerifyRig(model, batch, context, draft_rows + 1)
-    times = [rig.seconds(draft_rows) for _ in range(repeats + 1)]
-    return sorted(times[1:])[repeats // 2]
-
-
-class _VerifyRig:
-    """``batch`` requests with a prefilled context of ``context`` tokens each (room for up to
-    ``rows_each`` verify rows per request), whose verify passes can be timed again and again."""
-
-    def __init__(self, model: LlamaModel, batch: int, context: int, rows_each: int) -> None:
-        self.model, self.batch, self.context = model, batch, context
-        self.pool = pool = KVPool(
-            model.config,
-            batch * (context + rows_each + 8),
-            max_requests=batch,
-            dtype=model.dtype,
-            device=model.device,
-        )
-        self.handles = [pool.add_request() for _ in range(batch)]
-        g = torch.Generator().manual_seed(0)
-        for h in self.handles:  # prefill each context (its K/V is what the verify rows attend to)
-            slots = pool.allocate(context)
-            ids = torch.randint(0, model.config.vocab_size, (context,), generator=g)
-            prefill = pool.attention_batch([h], [context], slots)
-            dev = model.device
-            model.forward(ids.to(dev), torch.arange(context, device=dev), prefill, pool.storage)
-            pool.append([h], slots, [context])
-
-    def seconds(self, draft_rows: int) -> float:
-        """Seconds of one verify forward + logits, every request verifying its root and a chain
-        of ``draft_rows`` draft rows (K/V written to fresh slots, then freed)."""
-        model, pool, batch, dev = self.model, self.pool, self.batch, self.model.device
-        rows_each = draft_rows + 1
-        chains = make_tree([[(1, i - 1, -0.1) for i in range(draft_rows)] for _ in range(batch)])
-        n = batch * rows_each
-        ids = torch.full((n,), 2, dtype=torch.int64, device=dev)
-        pos = (self.context + torch.arange(rows_each, device=dev)).repeat(batch)
-        write = pool.allocate(n)
-        verify = pool.attention_batch(
-            self.handles, [rows_each] * batch, write, tree_row_mask(chains)
-        )
-        start = time.perf_counter()
-        hidden = model.forward(ids, pos, verify, pool.storage).hidden
-        model.logits(hidden)
-        seconds = time.perf_counter() - start
-        pool.free(write)
-        return seconds
-
-
-PROFILE_VERSION = 4
-"""Part of the profile cache key: bumped when the forward's code path changes its cost (2: the
-grouped-query CPU attention of 2026-12-02; 3: few-row projections padded, 2026-12-04) or the
-profile's points or timing do (4: every count up to 8, interleaved rounds), so a profile cached
-by older code is re-measured."""
-
-
-def _cache_key(model: LlamaModel) -> str:
-    cfg = model.config
-    packed = model.lm_head.packed is not None  # the matmul path changes the profile's shape
-    ident = f"{cfg}|{model.dtype}|{model.device}|{torch.get_num_threads()}|packed={packed}"
-    # Padded or not changes the shape (1-2 rows as 4); which of 3-5 rows a load pads varies
-    # with timing noise inside PAD_MARGIN, so it is not part of the key (one profile, not many).
-    ident += f"|padded={any(p.pad_to for p in model.row_paths.values())}"
-    ident += f"|v{PROFILE_VERSION}"
-    return hashlib.sha256(ident.encode()).hexdigest()[:16]
-
-
-def load_or_measure_profile(
-    model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE
-) -> ProfileCost:
-    """The cached verify profile for this model and machine setup, or a fresh measurement."""
-    path = cache_dir / f"{_cache_key(model)}.json" if cache_dir is not None else None
-    if path is not None and path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            return ProfileCost(
-                tuple(float(t) for t in data["tokens"]), tuple(float(s) for s in data["seconds"])
-            )
-        except (ValueError, KeyError, TypeError, CostModelError) as exc:
-            log.warning("verify_profile_cache_unreadable", path=str(path), error=str(exc))
-    seconds = measure_profile_rounds(model, PROFILE_TOKENS, PROFILE_ROUNDS)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"tokens": list(PROFILE_TOKENS), "seconds": seconds}))
-    log.info(
-        "verify_profile", tokens=list(PROFILE_TOKENS), ms=[round(s * 1000, 1) for s in seconds]
+def engine_budget(budget: int | str, elastic: bool, model: LlamaModel) -> BudgetChain:
+    """The chain for ``budget`` (an int K, or ``"auto"``: K_max of the verify profile) and, with
+    ``elastic``, the elastic floor over that profile (measured once, then cached)."""
+    profile = load_or_measure_profile(model) if elastic or not isinstance(budget, int) else None
+    if isinstance(budget, int):
+        local = LocalBudget(fixed=budget)
+    else:
+        assert profile is not None
+        local = LocalBudget(cost=VerifyCostModel.fit(list(profile.tokens), list(profile.seconds)))
+    floor = (
+        ElasticFloor(profile, slope_rows=FLOOR_SLOPE_ROWS)
+        if elastic and profile is not None
+        else None
     )
-    return ProfileCost(tuple(float(t) for t in PROFILE_TOKENS), tuple(seconds))
-
-
-def load_or_measure(model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE) -> VerifyCostModel:
-    """The hinge fitted to the cached profile's points (K_max for ``--budget auto``)."""
-    profile = load_or_measure_profile(model, cache_dir)
-    return VerifyCostModel.fit(list(profile.tokens), list(profile.seconds))
+    return BudgetChain(local, floor)

@@ -12,7 +12,8 @@ from echo_server.engine.chunking import DEFAULT_PREFILL_CHUNK
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Engine knobs. ``budget`` is K, draft tokens verified per step over the whole batch, or
-    ``"auto"``: K_max from the verify-cost profile measured on this machine (engine/budget.py).
+    ``"auto"``: K_max from the verify-cost profile measured on this machine
+    (engine/budget.py, engine/profile.py).
     ``prefill_chunk`` is the most prompt rows prefilled per step over all requests (chunked
     prefill, engine/chunking.py), or None: every admitted prompt whole, in the step admitting it.
     """

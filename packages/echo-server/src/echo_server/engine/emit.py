@@ -1,4 +1,4 @@
-"""Step phase 7: append emitted tokens to a request, stream their text, decide if it finished.
+"""Step phase 6 (emit): append emitted tokens to a request, stream their text, see if it ended.
 
 Order of checks over the new tokens ``t_1..t_m`` (accepted path + bonus):
 1. max_tokens: keep at most ``remaining`` of them (finish LENGTH when the limit is reached);

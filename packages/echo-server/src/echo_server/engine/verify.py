@@ -1,4 +1,5 @@
-"""Step phase 4 and prefill: target forwards over packed ragged rows, and the drafter feedback.
+"""Step phases 2-3 (allocate, verify) and prefill: target forwards over packed ragged rows, and
+the drafter feedback.
 
 Prefill runs a chunk of each prefilling request's prompt (by default all of it) as causal rows
 after the prompt rows already cached, and keeps all of their K/V; the logits of a prompt's last
@@ -7,7 +8,7 @@ row give its first output token (engine/chunking.py decides the chunks).
 Verify runs, per request, its root (last emitted token) then its tree nodes, at positions
 ``cache_len + depth`` with the tree mask (root + ancestors-or-self visible, plus the cached
 prefix). Every row's K/V is written into freshly allocated slots; commit keeps the accepted.
-Acceptance (phase 5) is :mod:`echo_server.engine.acceptance`.
+Acceptance (phase 4) is :mod:`echo_server.engine.acceptance`.
 
 ``PassOutput.forward_s`` is the wall time of the target model alone in a verify pass
 (``model.forward`` + ``model.logits`` over its rows), on a CPU model only: elsewhere the forward

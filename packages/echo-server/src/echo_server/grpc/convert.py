@@ -10,7 +10,6 @@ the constants both sides share (``WARMUP_FORMAT``), are in :mod:`echo_controller
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -23,9 +22,10 @@ from echo_gating.record_file import encode_records
 from echo_proto.budget.v1 import budget_pb2 as bpb
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_server.engine import FinishReason, GenerationRequest
-from echo_server.grpc.lease import NodeIdentity, NodeReport, ReceivedLease
-from echo_server.grpc.node_stats import NodeSnapshot
-from echo_server.grpc.request_items import Delta, RequestSummary
+from echo_server.node.items import Delta, RequestSummary
+from echo_server.node.lease import NodeIdentity, NodeReport, ReceivedLease
+from echo_server.node.limits import RequestLimits
+from echo_server.node.stats import NodeSnapshot
 
 MIN_TEMPERATURE = 1e-6
 """Positive temperatures below this sample as greedy (their limit): ``logits / T`` would
@@ -41,21 +41,6 @@ FINISH_REASONS: dict[FinishReason, spb.FinishReason.ValueType] = {
     FinishReason.CANCELLED: spb.FINISH_REASON_ABORTED,
     FinishReason.ERROR: spb.FINISH_REASON_ABORTED,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class RequestLimits:
-    """What a node accepts, beyond the engine's own checks."""
-
-    vocab_size: int
-    policy: str  # the node's policy: the only name GenerateRequest.policy may carry
-    default_max_tokens: int = 128
-    max_tokens: int = 4096
-    max_prompt_chars: int = 65536
-    max_prompt_tokens: int = 16384
-    max_request_id_chars: int = 128
-    max_stop_strings: int = 16
-    max_stop_chars: int = 256
 
 
 # -- generation API -------------------------------------------------------------------------

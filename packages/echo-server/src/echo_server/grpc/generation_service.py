@@ -22,12 +22,12 @@ from echo_core.errors import EchoError
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_proto.serving.v1 import serving_pb2_grpc
 from echo_server.grpc import convert
-from echo_server.grpc.convert import RequestLimits
-from echo_server.grpc.engine_thread import EngineThread
-from echo_server.grpc.errors import DuplicateRequestError, QueueFullError, ShuttingDownError
-from echo_server.grpc.lease import ReceivedLease
-from echo_server.grpc.metrics import NodeMetrics
-from echo_server.grpc.request_items import Delta, RequestStream
+from echo_server.node.engine_thread import EngineThread
+from echo_server.node.errors import DuplicateRequestError, QueueFullError, ShuttingDownError
+from echo_server.node.items import Delta, RequestStream
+from echo_server.node.lease import ReceivedLease
+from echo_server.node.limits import RequestLimits
+from echo_server.node.metrics import NodeMetrics
 
 log = structlog.get_logger(__name__)
 

@@ -43,10 +43,10 @@ from echo_proto.budget.v1 import budget_pb2 as bpb
 from echo_proto.budget.v1 import budget_pb2_grpc
 from echo_server.grpc import convert
 from echo_server.grpc.backoff import Backoff
-from echo_server.grpc.engine_thread import EngineThread
-from echo_server.grpc.gate_drift import GateObserver
-from echo_server.grpc.lease import NodeIdentity, NodeReport, ReceivedLease
-from echo_server.grpc.metrics import NodeMetrics
+from echo_server.node.drift import GateObserver
+from echo_server.node.engine_thread import EngineThread
+from echo_server.node.lease import NodeIdentity, NodeReport, ReceivedLease
+from echo_server.node.metrics import NodeMetrics
 
 log = structlog.get_logger(__name__)
 

@@ -32,14 +32,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from echo_core.errors import EchoError
 from echo_server.engine import GenerationRequest
-from echo_server.grpc.convert import RequestLimits
-from echo_server.grpc.engine_thread import EngineThread
-from echo_server.grpc.metrics import NodeMetrics
-from echo_server.grpc.request_items import Delta, Finished, RequestStream, RequestSummary
 from echo_server.http import translate
 from echo_server.http.errors import ApiError, from_engine
 from echo_server.http.guard import Guard
 from echo_server.http.schemas import ChatCompletionBody, CompletionBody
+from echo_server.node.engine_thread import EngineThread
+from echo_server.node.items import Delta, Finished, RequestStream, RequestSummary
+from echo_server.node.limits import RequestLimits
+from echo_server.node.metrics import NodeMetrics
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 
 from echo_controller.errors import FieldError
 from echo_core.errors import EchoError
-from echo_server.grpc.errors import DuplicateRequestError, QueueFullError, ShuttingDownError
+from echo_server.node.errors import DuplicateRequestError, QueueFullError, ShuttingDownError
 
 # OpenAI's error ``type`` per HTTP status, and the gRPC status name that the refusal metric
 # (echo_node_requests_refused_total{code}) counts it under, shared with the gRPC API.

@@ -25,11 +25,11 @@ from echo_core.errors import EchoError
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_server.engine import FinishReason, GenerationRequest
 from echo_server.grpc import convert
-from echo_server.grpc.convert import RequestLimits
-from echo_server.grpc.request_items import RequestSummary
 from echo_server.http.errors import ApiError
 from echo_server.http.schemas import ChatCompletionBody, CompletionBody
 from echo_server.model.tokenizer import Tokenizer
+from echo_server.node.items import RequestSummary
+from echo_server.node.limits import RequestLimits
 
 UINT32_MAX, INT32_MAX, UINT64_MAX = 2**32 - 1, 2**31 - 1, 2**64 - 1
 FINISH = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}

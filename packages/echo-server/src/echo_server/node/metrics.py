@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from echo_controller.metrics import sync_labels
 from echo_gating.drift import DriftReport
-from echo_server.grpc.lease import ReceivedLease
-from echo_server.grpc.node_stats import NodeSnapshot, StepSample
-from echo_server.grpc.request_items import RequestSummary
+from echo_server.node.items import RequestSummary
+from echo_server.node.lease import ReceivedLease
+from echo_server.node.stats import NodeSnapshot, StepSample
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 TOKEN_BUCKETS = (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512)

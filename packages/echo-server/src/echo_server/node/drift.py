@@ -1,7 +1,10 @@
 """Node side of gating: what the engine's warm-up records say about the live gates.
 
-Fed the records the engine logged since the last call (every verified draft node: depth,
-confidence, accepted), the observer keeps
+A consumer of the engine's :class:`~echo_server.engine.report.StepReport`: on the engine thread
+:meth:`GateObserver.consume` keeps each step's verified draft nodes (depth, confidence,
+accepted) as warm-up records; on the node's event loop :meth:`GateObserver.flush` (every
+``observe_interval_s``, :class:`~echo_server.node.node.Node`) observes those taken since the last
+flush. Whatever the transport (gRPC, HTTP, the embedded engine thread), the observer keeps
 
 - echo-gating's :class:`~echo_gating.drift.DriftMonitor` for the gate policy in use (predicted vs
   realised acceptance and the truncation rate per checkpoint; drift advice for the controller);
@@ -13,12 +16,15 @@ A new gate policy restarts the monitor: its predictions are those of the new cal
 
 from __future__ import annotations
 
+import threading
 from collections import deque
+from collections.abc import Mapping
 
 from echo_gating.drift import DriftConfig, DriftMonitor, DriftReport
 from echo_gating.policy import GatePolicy
-from echo_gating.records import RecordSet, gate_samples
-from echo_server.grpc.utility import marginal_utility, rank_acceptance
+from echo_gating.records import RecordSet, RecordWriter, gate_samples
+from echo_server.engine.report import StepReport
+from echo_server.node.utility import marginal_utility, rank_acceptance
 
 
 class GateObserver:
@@ -29,6 +35,7 @@ class GateObserver:
         history: int = 8192,
         ship_limit: int = 16384,
         drift: DriftConfig | None = None,
+        records_meta: Mapping[str, str] | None = None,
     ) -> None:
         if history < 1 or ship_limit < 0:
             raise ValueError(f"need history >= 1, ship_limit >= 0, got {history}, {ship_limit}")
@@ -37,6 +44,9 @@ class GateObserver:
         self.monitor = DriftMonitor(gate, drift)
         self._recent: deque[RecordSet] = deque()
         self._unsent: deque[RecordSet] = deque()
+        self._meta = dict(records_meta or {})
+        self._lock = threading.Lock()  # the engine thread writes, the event loop flushes
+        self._pending = RecordWriter(self._meta)  # every verified node since the last flush
 
     @property
     def gate(self) -> GatePolicy:
@@ -45,6 +55,20 @@ class GateObserver:
     def set_gate(self, gate: GatePolicy) -> None:
         if gate.version != self.monitor.policy.version:
             self.monitor = DriftMonitor(gate, self._drift_config)
+
+    def consume(self, report: StepReport) -> None:
+        """Engine thread: keep the step's verified nodes for the next :meth:`flush`."""
+        with self._lock:
+            report.append_records(self._pending)
+
+    def flush(self) -> bool:
+        """Observe the records consumed since the last flush; False if there were none."""
+        with self._lock:
+            writer, self._pending = self._pending, RecordWriter(self._meta)
+        if not len(writer):
+            return False
+        self.observe(writer.finish())
+        return True
 
     def observe(self, records: RecordSet) -> None:
         if len(records) == 0:

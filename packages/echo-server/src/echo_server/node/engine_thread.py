@@ -1,4 +1,4 @@
-"""The one thread that owns the engine, and the asyncio-side handles the gRPC handlers use.
+"""The one thread that owns the engine, and the asyncio-side handles every transport uses.
 
 The engine is synchronous and not thread-safe: only the engine thread touches it. Handlers on
 the event loop send it commands (closures, run in FIFO order between steps); it sends each
@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -28,11 +28,9 @@ import structlog
 
 from echo_core.errors import EchoError
 from echo_gating.policy import GatePolicy
-from echo_gating.records import RecordSet, RecordWriter
-from echo_server.engine import Engine, FinishReason, GenerationRequest, StepEvent
-from echo_server.grpc.errors import DuplicateRequestError, QueueFullError, ShuttingDownError
-from echo_server.grpc.node_stats import NodeSnapshot, StatsWindow, StepSample
-from echo_server.grpc.request_items import (
+from echo_server.engine import Engine, FinishReason, GenerationRequest, StepEvent, StepReport
+from echo_server.node.errors import DuplicateRequestError, QueueFullError, ShuttingDownError
+from echo_server.node.items import (
     Delta,
     Finished,
     Item,
@@ -41,6 +39,7 @@ from echo_server.grpc.request_items import (
     RequestSummary,
     summarize,
 )
+from echo_server.node.stats import NodeSnapshot, StatsWindow, StepSample
 
 log = structlog.get_logger(__name__)
 
@@ -64,17 +63,21 @@ class EngineThread:
         *,
         max_waiting: int,
         window_s: float = 10.0,
-        records_meta: Mapping[str, str] | None = None,
         on_step: Callable[[StepSample], None] | None = None,
         on_finish: Callable[[RequestSummary], None] | None = None,
+        consumers: Sequence[Callable[[StepReport], None]] = (),
     ) -> None:
+        """``consumers`` see every step's report on the engine thread, before its events are
+        dispatched (the node's drift observer is one: :meth:`GateObserver.consume
+        <echo_server.node.drift.GateObserver.consume>`); ``on_step`` and ``on_finish`` see the
+        step's sample and each finished request's summary, after."""
         if max_waiting < 0 or window_s <= 0:
             raise ValueError(f"need max_waiting >= 0, window_s > 0: {max_waiting}, {window_s}")
         self.engine = engine
         self.capacity = engine.config.max_batch + max_waiting
         self.window_s = window_s
-        self._meta = dict(records_meta or {})
         self._on_step, self._on_finish = on_step, on_finish
+        self._consumers = tuple(consumers)
         self._commands: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._main, name="echo-engine", daemon=True)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -87,7 +90,6 @@ class EngineThread:
         self._draining = False
         self._idle = asyncio.Event()
         self.snapshot = NodeSnapshot(window_s=window_s)
-        self._records = RecordWriter(self._meta)  # every verified node since take_records
 
     # -- loop side ---------------------------------------------------------------------------
 
@@ -153,10 +155,6 @@ class EngineThread:
     async def set_gate(self, gate: GatePolicy) -> bool:
         """Swap the ECHO policy's gates between steps; False if the policy has none."""
         return await self.call(lambda: self._set_gate(gate))
-
-    async def take_records(self) -> RecordSet | None:
-        """The warm-up records logged since the last call (None if no node was verified)."""
-        return await self.call(self._take_records)
 
     async def drain(self, grace_s: float) -> int:
         """Admit nothing more; let in-flight requests finish within ``grace_s``, then cancel the
@@ -239,8 +237,8 @@ class EngineThread:
             self._refresh()
 
     def _step(self) -> None:
-        """One engine step; its report feeds the stats window, the calibration records (read
-        by the gate observer's drift monitor) and the metrics."""
+        """One engine step; its report feeds the stats window, the report consumers (the node's
+        drift observer) and the metrics."""
         start = time.perf_counter()
         try:
             report = self.engine.step()
@@ -251,7 +249,8 @@ class EngineThread:
         now = time.perf_counter()
         sample = StepSample.of(report, now - start)
         self._stats.add(sample, now)
-        report.append_records(self._records)
+        for consume in self._consumers:
+            consume(report)
         for event in report.events:
             self._dispatch(event, start)
         self._refresh()
@@ -300,10 +299,6 @@ class EngineThread:
         swapped = self.engine.set_gate(gate)
         self._refresh()
         return swapped
-
-    def _take_records(self) -> RecordSet | None:
-        writer, self._records = self._records, RecordWriter(self._meta)
-        return writer.finish() if len(writer) else None
 
     def _refresh(self) -> None:
         gate = self.engine.policy.active_gate()

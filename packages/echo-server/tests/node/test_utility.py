@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from echo_gating.records import RecordSet
-from echo_server.grpc.utility import PRIOR_ACCEPTANCE, marginal_utility, rank_acceptance
+from echo_server.node.utility import PRIOR_ACCEPTANCE, marginal_utility, rank_acceptance
 
 
 def _records(steps: list[list[tuple[float, bool]]]) -> RecordSet:
