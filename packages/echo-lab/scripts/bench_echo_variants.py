@@ -22,9 +22,6 @@ Arms (every one the embedded default engine; only the named piece differs):
     rows (``ElasticFloor(slope_rows=...)``), the pricing the engine adopted in session 23;
   - ``echo-sparse``: the start-up points until session 23 (1, 4, 8, ..., 128) with a one-row
     window: ECHO's pricing before the staircase default.
-- ``echo-explore``: the shipped ECHO with sampled exploration: a step its mode chooser drafts
-  only to learn expands the roots of ``EXPLORE_ROOTS`` live requests, not all
-  (``EchoPolicy(explore_roots=...)``, echo_scheduler/policies/echo.py).
 - ``echo-pending``: the shipped ECHO whose EAGLE head queues up to ``LONG_PENDING`` committed
   rows per request before running them undrafted (``EagleDrafter.max_pending``; the default,
   ``MAX_PENDING``, is 256): a request that is never drafted then never runs its rows.
@@ -97,7 +94,6 @@ ARMS = (
     "echo-bfloat16",
     "plain-nopad",
     "echo-nopad",
-    "echo-explore",
     "echo-pending",
     "plain-gather",
     "echo-gather",
@@ -117,13 +113,11 @@ VARIANTS = (
     "echo-z0",
     "echo-priced",
     "echo-rows",
-    "echo-explore",
     "echo-pending",
     "echo-window",
     *PROFILE_ARMS,
 )
 LOW_ROW_FLOOR = 0.25  # echo-rows
-EXPLORE_ROOTS = 4  # echo-explore
 LONG_PENDING = 4096  # echo-pending
 PROMPT_WINDOW = 256  # echo-window
 PEERS = ("chain", "static", "eagle2", "global-topk")
@@ -164,8 +158,6 @@ def _variant(engine: Engine, arm: str) -> Engine:
         policy.ledger.z = 0.0
         if policy.shallow_ledger is not None:
             policy.shallow_ledger.z = 0.0
-    elif arm == "echo-explore":
-        policy.explore_roots = EXPLORE_ROOTS
     elif arm == "echo-priced":
         observe = policy.observe
 

@@ -1,10 +1,10 @@
-"""ECHO's own invariants: gates, Priority 1 before 2, surplus, base reservation, feedback."""
+"""ECHO's own invariants: gates, Priority 1 before 2, surplus, the floor, and the band shortcuts
+pinned to the full ranking."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,13 +15,22 @@ from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.signals import layer_confidence
 from echo_gating.testing import stepped_gate
 from echo_scheduler.config import PolicyConfig
+from echo_scheduler.cut import exact_cut
 from echo_scheduler.driver import DrivenStep, drive_step
-from echo_scheduler.errors import PolicyError
-from echo_scheduler.history import RequestHistory
-from echo_scheduler.interface import StepBatch, StepOutcome
+from echo_scheduler.gating import apply_gate
+from echo_scheduler.interface import DraftPlan, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths
-from echo_scheduler.policies.echo import DEPTH, WIDTH, EchoPolicy
-from echo_scheduler.ranking import key_order, path_score, top_per_request
+from echo_scheduler.policies.echo import DEPTH, REINVEST, WIDTH, EchoPolicy
+from echo_scheduler.policies.frontier import expand_all
+from echo_scheduler.ranking import (
+    PoolIndex,
+    budgeted_select,
+    group_order,
+    inverse,
+    key_order,
+    path_score,
+    ranks_in_order,
+)
 from echo_scheduler.simulator import SimSource, drive
 from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
 
@@ -99,22 +108,6 @@ def test_with_enough_budget_every_gated_band_node_is_selected(
     assert not bool(run.keep[tier < 0].any())
 
 
-def test_reserved_base_is_each_requests_best_shallow_nodes() -> None:
-    config = PolicyConfig(max_depth=6, max_width=4)
-    policy = EchoPolicy(config, GatePolicy.none(), reserve_base=True)
-    step = _step(11, 5)
-    step = step.with_max_nodes(torch.full((5,), 100))
-    run = drive(policy, step, budget=5 * config.tree_nodes)
-    pool = run.pool
-    base = top_per_request(
-        pool,
-        key_order(path_score(pool)),
-        torch.full((5,), config.tree_nodes),
-        pool.depth <= config.base_depth,
-    )
-    assert torch.equal(run.keep, base)
-
-
 def test_calibrated_maps_rank_the_budget_and_never_favour_a_child() -> None:
     # depth 1 is trusted (score -> high P), depth >= 2 is worth little whatever its score
     maps = AcceptanceMaps(
@@ -139,27 +132,6 @@ def _gated_maps() -> GatePolicy:
     """``stepped_gate``'s maps behind a sparse checkpoint at depth 1 (``C_b(1) >= 0.5``)."""
     gate = GatePolicy.sparse({1: 0.5}, max_depth=6)
     return dataclasses.replace(gate, acceptance_maps=stepped_gate().acceptance_maps)
-
-
-def test_under_slack_a_truncated_request_drafts_on_and_under_contention_it_does_not() -> None:
-    """The slack rule (module docstring of policies/echo.py): with budget to spare the requests
-    that fail the depth-1 checkpoint are re-admitted and draft deeper; with a budget that the
-    depth-1 band fills, the gate truncates them as without the rule."""
-    gate = GatePolicy.sparse({1: 0.99}, max_depth=6)  # every request fails at depth 1
-    step = _step(3, 4)
-    strict = drive(EchoPolicy(CONFIG, gate), step, budget=10_000)
-    assert int(strict.pool.depth.max()) == 1
-    slack_policy = EchoPolicy(CONFIG, gate, slack=True)
-    free = drive(slack_policy, step, budget=10_000)
-    assert int(free.pool.depth.max()) > 1
-    assert not bool(slack_policy.truncated.any())
-    with pytest.raises(PolicyError, match="slack excludes reserve_base"):
-        EchoPolicy(CONFIG, gate, reserve_base=True, slack=True)
-    for budget in (1, 2):  # the depth-1 band (top-k per request) fills it: contention
-        tight = [drive(EchoPolicy(CONFIG, gate, slack=s), step, budget) for s in (False, True)]
-        assert torch.equal(tight[0].pool.token, tight[1].pool.token)
-        assert torch.equal(tight[0].keep, tight[1].keep)
-        assert int(tight[1].pool.depth.max()) == 1
 
 
 @FAST
@@ -214,18 +186,76 @@ def test_a_node_price_prunes_expansions_that_cannot_pay_their_drafter_row() -> N
     assert mid.depths <= free.depths
 
 
-class _AlwaysRanked(EchoPolicy):
-    """ECHO with the shortcuts off: every depth computes its keys from scratch and ranks the
-    whole pool, and so does ``select``."""
+class _FullRanking(EchoPolicy):
+    """ECHO decided by the full ranking, the reference of the band shortcuts: every depth looks
+    up every key and ranks the whole pool in (tier, key) order, and the plan's depth tier and
+    the selection are taken by :func:`budgeted_select` (a node waits for its parent)."""
 
-    def _grown_base(self, *args: object) -> None:
-        return None
+    def _ranking(
+        self, pool: TreeBatch, ix: PoolIndex, key: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """(pos, eligible, tier, group, grouped): the (tier, key desc) priority of every node."""
+        eligible = self._eligible(pool.depth, ix.req, key)
+        dmax = self.config.max_depth
+        group = ix.req * (dmax + 1) + pool.depth.clamp(max=dmax)
+        kpos = key_order(key, path_score(pool))
+        grouped = group_order(group, kpos)
+        band = ranks_in_order(group, grouped, eligible) < self.config.topk
+        tier = torch.where(self.truncated[ix.req], WIDTH, REINVEST)
+        tier = torch.where(band, DEPTH, tier)
+        by_key = inverse(kpos)
+        perm = by_key[torch.sort(tier[by_key], stable=True).indices]
+        return inverse(perm), eligible, tier, group, grouped
 
-    def _plan_from_band(self, *args: object) -> None:
-        return None
+    def _next_plan(self, pool: TreeBatch) -> DraftPlan:
+        d, k0 = self.depth, self.config.topk
+        self.truncated_at = apply_gate(self._step_gate, pool, d, self.truncated_at)
+        active = self.truncated_at > d
+        if self._shallow or d >= self.config.max_depth or not bool(active.any()):
+            return DraftPlan.finished(pool.device)
+        ix = PoolIndex.of(pool)
+        key = self.key(pool)
+        pos, eligible, tier, group, grouped = self._ranking(pool, ix, key)
+        budget, caps = self.batch.budget, self.batch.max_nodes
+        kept = eligible & (tier <= DEPTH)
+        held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
+        full = int(held.sum()) >= budget
+        if full or bool((held > caps).any()):
+            kept = budgeted_select(pool, pos, kept, caps, budget, ix)
+            held = torch.bincount(ix.req[kept], minlength=pool.batch_size)
+            full = int(held.sum()) >= budget
+        floor = torch.tensor(self.batch.min_utility, device=pool.device)
+        weakest = torch.maximum(key[kept].min(), floor) if full else floor
+        if len(ix.by_depth) < d:
+            return DraftPlan.finished(pool.device)
+        last = ix.by_depth[d - 1]
+        bound, guess = self._child_keys(pool, key.index_select(0, last), last, ix.req[last])
+        ok = (kept & (active & (held < caps))[ix.req])[last]
+        if full or self.batch.min_utility > 0:
+            ok &= bound >= weakest
+        if self.batch.node_price:
+            ok &= guess - weakest > self.batch.node_price
+        candidates = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
+        candidates[last] = ok
+        nodes = (ranks_in_order(group, grouped, candidates) < k0).nonzero().squeeze(1)
+        guess_at = torch.zeros_like(key)
+        guess_at[last] = guess
+        node_price = self.batch.node_price or 0.0
+        gain = float((guess_at[nodes] - weakest - node_price).clamp(min=0).sum())
+        if nodes.numel() == 0 or gain < self._depth_price():
+            return DraftPlan.finished(pool.device)
+        self._expanded += int(nodes.numel())
+        return expand_all(nodes, self.config.draft_width)
 
-    def _select_in_tiers(self, *args: object) -> None:
-        return None
+    def select(self, pool: TreeBatch) -> torch.Tensor:
+        ix = PoolIndex.of(pool)
+        key = self.key(pool)
+        pos, eligible, *_ = self._ranking(pool, ix, key)
+        keep = budgeted_select(pool, pos, eligible, self.batch.max_nodes, self.batch.budget, ix)
+        price = self.batch.row_price
+        if price is not None and self._step_gate.acceptance_maps is not None:
+            keep = exact_cut(key, keep, pool.batch_size, price)
+        return keep
 
 
 @FAST
@@ -235,35 +265,24 @@ class _AlwaysRanked(EchoPolicy):
     budget=st.integers(1, 120),
     floor=st.sampled_from([0.0, 0.1, 0.45]),
     node_price=st.sampled_from([None, 0.05]),
-    history=st.booleans(),
-    slack=st.booleans(),
 )
 def test_the_band_shortcuts_decide_as_the_full_ranking_does(
-    seed: int,
-    batch: int,
-    budget: int,
-    floor: float,
-    node_price: float | None,
-    history: bool,
-    slack: bool,
+    seed: int, batch: int, budget: int, floor: float, node_price: float | None
 ) -> None:
     """Keys grown from the previous depth, ``_next_plan`` deciding from the new depth and the
     carried band, and ``select`` taking the eligible nodes in tier order, whether or not the
     budget (1-120) or a cap binds, must give the full ranking's plans, pool and selection, bit
-    for bit, with and without maps, the floor, node prices, history keys and the slack rule
-    (three steps, each observed, so history factors move)."""
+    for bit, with and without maps, the floor and node prices (three steps, each observed, so
+    the ledgers move)."""
     steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(seed))
-    ids = torch.arange(batch, dtype=torch.int64)
     for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), stepped_gate(), _gated_maps()):
-        hist = (RequestHistory(), RequestHistory()) if history else (None, None)
-        fast = EchoPolicy(CONFIG, gate, history=hist[0], slack=slack)
-        full = _AlwaysRanked(CONFIG, gate, history=hist[1], slack=slack)
+        fast, full = EchoPolicy(CONFIG, gate), _FullRanking(CONFIG, gate)
         for step in steps:
             runs = []
             for policy in (fast, full):
                 batch_in = StepBatch(
                     batch, budget, step.max_nodes, min_utility=floor, node_price=node_price,
-                    depth_price=0.01, requests=ids,
+                    depth_price=0.01,
                 )  # fmt: skip
                 run = drive_step(policy, SimSource(step), batch_in, strict=True)
                 lengths = accepted_lengths(run.pool, run.keep, step.target)

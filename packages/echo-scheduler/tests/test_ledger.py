@@ -15,7 +15,7 @@ from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import RowPrice, StepBatch, StepOutcome
 from echo_scheduler.ledger import DraftedStep, DraftLedger, Mode, ModeChooser
 from echo_scheduler.policies import make_policy
-from echo_scheduler.policies.echo import EchoPolicy, explore_sample
+from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.simulator import SimSource
 from echo_scheduler.workloads import SyntheticWorkload
 
@@ -362,58 +362,3 @@ def test_the_chooser_says_which_drafted_steps_only_explore() -> None:
     picks = [(chooser.choose(8, 0.0), chooser.exploring) for _ in range(10)]
     assert ("full", False) in picks
     assert {e for m, e in picks if m == "shallow"} == {True}  # depth 1's probe clock
-
-
-def test_an_exploring_step_expands_a_fixed_sample_of_roots() -> None:
-    """``explore_roots = S``: a step drafted only to learn expands S live roots, the same ones
-    step after step (lowest serial hash), and the ledger counts S roots; a paying step expands
-    every live root."""
-    cfg = PolicyConfig(max_depth=4, max_width=3)
-    policy = make_policy("echo", cfg)
-    assert isinstance(policy, EchoPolicy)
-    policy.explore_roots = 3
-    serials = torch.tensor([10, 11, 12, 13, 14, 15, 16, 17])
-    work = SyntheticWorkload.llama().sample(8, 8, torch.Generator().manual_seed(5))
-    rooted = []
-    for st in (w.with_max_nodes(torch.full((8,), 1000)) for w in work):
-        batch = StepBatch(8, 64, st.max_nodes, min_utility=0.05, depth_price=0.5, node_price=0.3)
-        batch = replace(batch, requests=serials)
-        run = drive_step(policy, SimSource(st), batch, strict=True)
-        roots = sorted(set(run.pool.request_index()[run.pool.depth == 1].tolist()))
-        rooted.append(roots)
-        assert policy._roots == (3 if roots else 0)
-        verified = torch.bincount(run.pool.request_index()[run.keep], minlength=8)
-        policy.observe(StepOutcome(torch.zeros(8, dtype=torch.int64), verified))
-    assert rooted[0]
-    assert all(r == rooted[0] for r in rooted if r)
-    assert len(rooted[0]) == 3
-    hashed = sorted(range(8), key=lambda b: (int(serials[b]) * 0x9E3779B1) % (1 << 32))
-    assert rooted[0] == sorted(hashed[:3])
-    paying, _ = _fed({"full": 0.3, "shallow": 0.3})
-    policy = make_policy("echo", cfg)
-    assert isinstance(policy, EchoPolicy)
-    assert policy.modes is not None
-    policy.explore_roots = 3
-    policy.modes.full, policy.modes.shallow = paying, _fed({"full": 0.3, "shallow": 0.3})[1]
-    st = work[0].with_max_nodes(torch.full((8,), 1000))
-    batch = replace(
-        StepBatch(8, 64, st.max_nodes, min_utility=0.05, depth_price=0.5), requests=serials
-    )
-    run = drive_step(policy, SimSource(st), batch, strict=True)
-    assert not policy.modes.exploring
-    assert len(set(run.pool.request_index()[run.pool.depth == 1].tolist())) == 8
-
-
-def test_explore_sample_takes_live_requests_only() -> None:
-    st = StepBatch(4, 16, torch.tensor([5, 0, 5, 5]))
-    live = st.max_nodes > 0
-    got = explore_sample(st, live, 2)
-    assert int(got.sum()) == 2
-    assert not bool(got[1])
-    assert explore_sample(st, live, 10).tolist() == live.tolist()
-    with_serials = replace(st, requests=torch.tensor([7, 8, 9, 10]))
-    again = explore_sample(with_serials, live, 2)
-    assert int(again.sum()) == 2
-    assert not bool(again[1])
-    with pytest.raises(PolicyError, match="explore_roots"):
-        EchoPolicy(PolicyConfig(), explore_roots=-1)

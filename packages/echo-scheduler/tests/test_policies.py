@@ -8,11 +8,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echo_core.tree import empty_tree, select_nodes
-from echo_gating.policy import GatePolicy
+from echo_gating.policy import GateMode, GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import BasePolicy, Policy, StepBatch
-from echo_scheduler.policies import POLICY_NAMES, make_policy
+from echo_scheduler.policies import (
+    FLOORED_NAMES,
+    POLICY_NAMES,
+    PlainPolicy,
+    make_policy,
+    policy_names,
+    policy_spec,
+    register_policy,
+)
+from echo_scheduler.policies.registry import _REGISTRY
 from echo_scheduler.simulator import drive
 from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
 
@@ -22,7 +31,6 @@ GATES = {
     "echo": GatePolicy.sparse({2: 0.3, 4: 0.1}, max_depth=5),
     "echo_dense": GatePolicy.dense({1: 0.2, 2: 0.2, 3: 0.1, 4: 0.1}),
     "echo_fixed": GatePolicy.fixed(0.2, max_depth=5),
-    "echo_reserve": GatePolicy.sparse({2: 0.3}, max_depth=5),
     "echo_noledger": GatePolicy.sparse({2: 0.3, 4: 0.1}, max_depth=5),
 }
 
@@ -129,10 +137,47 @@ def test_static_tree_follows_the_branching() -> None:
 
 
 def test_unknown_policy_and_mislabelled_ablation_are_rejected() -> None:
-    with pytest.raises(PolicyError, match="unknown policy"):
+    with pytest.raises(PolicyError, match="unknown policy 'medusa'; known: plain, chain"):
         make_policy("medusa")
+    for gone in ("echo_history", "echo_aging", "echo_slack", "echo_reserve"):
+        with pytest.raises(PolicyError, match="unknown policy"):
+            make_policy(gone)
     with pytest.raises(PolicyError, match="dense"):
         make_policy("echo_dense", SMALL, gate=GatePolicy.fixed(0.2, 5))
+
+
+def test_the_registry_names_every_policy_once_and_builds_it_by_name() -> None:
+    assert POLICY_NAMES == (
+        "plain",
+        "chain",
+        "static",
+        "eagle2",
+        "global_topk",
+        "echo",
+        "echo_dense",
+        "echo_fixed",
+        "echo_noledger",
+    )
+    assert policy_names() == (*POLICY_NAMES, *FLOORED_NAMES)
+    assert "echo_noledger" not in policy_names(engine_offered=True)
+    assert set(policy_names(engine_offered=True)) < set(POLICY_NAMES)
+    for name in POLICY_NAMES:
+        assert _policy(name).name == name
+        assert policy_spec(name).summary
+    assert policy_spec("echo_dense").gate_mode is GateMode.DENSE
+    with pytest.raises(PolicyError, match="already registered"):
+        register_policy("echo", lambda cfg, gate: PlainPolicy(), summary="a second echo")
+
+
+def test_a_registered_policy_is_made_by_name() -> None:
+    name = "test_plain_alias"
+    spec = register_policy(name, lambda cfg, gate: PlainPolicy(), summary="plain, by another name")
+    try:
+        assert name in policy_names()
+        assert policy_spec(name) is spec
+        assert isinstance(make_policy(name), PlainPolicy)
+    finally:
+        _REGISTRY.pop(name)
 
 
 def test_step_batch_validates_its_tensors() -> None:

@@ -54,9 +54,8 @@ def test_flags_parse_into_echo_args() -> None:
         (["--speculative-echo-max-width", "-2"], "must be an integer >= 1, got '-2'"),
         (["--speculative-echo-knee-tokens", "x"], "must be an integer >= 1, got 'x'"),
         (["--speculative-echo-policy", "fastest"], "invalid choice: 'fastest'"),
-        # the plugin passes no request serials: the per-request variants would run as ECHO
-        (["--speculative-echo-policy", "echo_history"], "invalid choice: 'echo_history'"),
-        (["--speculative-echo-policy", "echo_aging"], "invalid choice: 'echo_aging'"),
+        # the floored baselines need acceptance maps: not offered
+        (["--speculative-echo-policy", "eagle2+floor"], "invalid choice: 'eagle2\\+floor'"),
         (["--speculative-echo-verify", "sparse"], "invalid choice: 'sparse'"),
     ],
 )

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from echo_gating.policy import GateMode
-from echo_lab.replay.arms import SLACK_GATES, default_arms, optional_arms, select_arms
+from echo_lab.replay.arms import default_arms, optional_arms, select_arms
 from echo_lab.replay.cli import main, trace_name
 from echo_lab.replay.gates import calibrate_variants, warmup_records
 from echo_lab.replay.paired import paired, resample_index
@@ -80,16 +80,12 @@ def test_baseline_grids_match_depth_to_size_and_names_are_unique() -> None:
         select_arms(list(arms.values()), ["medusa"])
 
 
-def test_optional_slack_arms_run_only_when_named() -> None:
+def test_optional_floored_arms_run_only_when_named() -> None:
     every = default_arms() + optional_arms()
-    slack = {a.name: a for a in optional_arms() if a.policy == "echo_slack"}
-    assert set(slack) == {f"{g}_slack" for g in SLACK_GATES}
-    assert all(
-        a.policy == "echo_slack" and a.floor and a.gate in SLACK_GATES for a in slack.values()
-    )
+    assert all(a.policy.endswith("+floor") and a.floor for a in optional_arms())
     assert not {a.name for a in optional_arms()} & {a.name for a in select_arms(every, None)}
-    picked = {a.name for a in select_arms(every, ["echo_k2_slack", "echo_k2"])}
-    assert picked == {"echo_k2_slack", "echo_k2", "plain", "echo"}
+    picked = {a.name for a in select_arms(every, ["chain/n=2+floor", "echo_k2"])}
+    assert picked == {"chain/n=2+floor", "echo_k2", "plain", "echo"}
 
 
 def test_a_one_node_baseline_verifies_at_most_one_row_per_request(rows: list[TraceRow]) -> None:

@@ -7,10 +7,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from echo_gating.policy import GatePolicy
-from echo_lab.replay.arms import HISTORY_ARM, default_arms
 from echo_lab.replay.paired import block_length, resample_index
-from echo_lab.replay.run import compose_steps, drive_arm, split_warmup
+from echo_lab.replay.run import compose_steps, split_warmup
 from echo_lab.sim.rows import TraceRow, compose_streams, has_requests, streams
 from echo_scheduler.errors import TraceError
 
@@ -72,18 +70,6 @@ def test_warmup_split_keeps_every_request_on_one_side(rows: list[TraceRow]) -> N
         split_warmup(named(rows[:120], 10), 0.3, 0)
     with pytest.raises(TraceError, match="none is left"):
         split_warmup(named(rows[:120], 60), 0.9, 0)  # 2 requests: both go to the warm-up
-
-
-def test_history_arm_runs_on_streams_and_is_echo_without_them(rows: list[TraceRow]) -> None:
-    arms = {a.name: a for a in default_arms()}
-    history, echo = arms[HISTORY_ARM], arms["echo"]
-    gates = {"echo": GatePolicy.none()}
-    unnamed = compose_steps(rows, 4, 6, 0)
-    a, b = drive_arm(history, unnamed, gates), drive_arm(echo, unnamed, gates)
-    assert torch.equal(a.verified, b.verified)  # no request identity: the same policy
-    assert torch.equal(a.accepted, b.accepted)
-    run = drive_arm(history, compose_steps(named(rows, 5), 4, 6, 0), gates)
-    assert int(run.accepted.numel()) == 6
 
 
 def test_block_bootstrap_draws_runs_of_consecutive_steps() -> None:

@@ -20,9 +20,9 @@ per-request top-n and global top-K by key are ancestor-closed on their own.
 Cost: sorts dominate on the CPU (about 0.3-0.6 ms for 8k nodes on the dev machine). ECHO's hot
 path sorts only a depth's new nodes (:func:`key_order` and :func:`group_order` once each), plus,
 when the budget or a cap binds, its band once more (:func:`first_in_order`); ranks under any mask
-come from :func:`ranks_in_order` in O(N), and :func:`budgeted_select` (the full ranking, for
-aging and a reserved base) skips its own sorts when the priority is already ancestor-consistent
-and no cap binds.
+come from :func:`ranks_in_order` in O(N), and :func:`budgeted_select` (the full ranking: the
+reference ECHO's shortcuts are tested against, and ECHO's selection on a pool it did not draft)
+skips its own sorts when the priority is already ancestor-consistent and no cap binds.
 """
 
 from __future__ import annotations

@@ -33,12 +33,11 @@ from dataclasses import asdict, dataclass
 from typing import Literal, cast
 
 from echo_core.errors import EchoError
-from echo_scheduler.policies import POLICY_NAMES as ALL_POLICY_NAMES
+from echo_scheduler.policies import policy_names
 
-PER_REQUEST_POLICIES = ("echo_history", "echo_aging")
-"""Policies that learn per request from ``StepBatch.requests``; the plugin passes no request
-serials yet, so it refuses them rather than run them as plain ECHO."""
-POLICY_NAMES = tuple(n for n in ALL_POLICY_NAMES if n not in PER_REQUEST_POLICIES)
+POLICY_NAMES = policy_names(needs_maps=False)
+"""``--speculative-echo-policy`` choices: the registered echo-scheduler policies that run without
+acceptance maps (echo_scheduler.policies; the floored baselines need maps)."""
 
 ENV_VAR = "ECHO_SGLANG_ARGS"
 """Environment variable carrying :class:`EchoArgs` as JSON from the launcher to the workers."""

@@ -9,24 +9,16 @@ names each family's best point per cell, chosen in hindsight on the replayed ste
 no online policy has (and one that makes that point's interval against ECHO optimistic for the
 baseline). Plain decoding (K = 0) is an arm of its own.
 
-ECHO's ten arms run with one configuration each and the elastic cost floor of
+ECHO's eight arms run with one configuration each and the elastic cost floor of
 :mod:`echo_scheduler.elastic` fed by the cost model (the engine's ``--elastic``): a per-request
 ceiling of ``ECHO_PER_REQUEST`` draft nodes, K = that times B, and the floor decides how much
 of it to spend (with the exact cut). Their gates come from :mod:`echo_lab.replay.gates`,
 except ``echo_utility``'s, which is chosen per cell by simulated net utility on warm-up steps
 (:mod:`echo_lab.replay.utility`), and ``echo_noledger``'s: the sparse gate, without the
-realised-value check of :mod:`echo_scheduler.ledger` (what ``echo`` was before it), and
-``echo_history``'s: the sparse gate, each request's keys rescaled by its realised acceptance
-(:mod:`echo_scheduler.history`; without request streams it is ``echo``), and ``echo_aging``'s:
-the sparse gate, with aging after ``AGING_STEPS`` starved steps (echo_scheduler.policies.echo).
+realised-value check of :mod:`echo_scheduler.ledger` (what ``echo`` was before it).
 
 Optional arms (:func:`optional_arms`, run only when ``--arms`` names them or their family):
-
-- ``<gate>_slack`` for the forced and ablation gates (``echo_k2``, ``echo_next_k2``,
-  ``echo_dense``, ``echo_fixed``): the same gate with the slack rule (``echo_slack``: a
-  truncation binds only while the budget is full). The sparse gate calibrates no checkpoint on
-  the committed traces, so ``echo_slack`` on it would be ``echo``;
-- ``<fixed arm>+floor`` (families ``chain+floor``, ``static+floor``, ``eagle2+floor``): every
+``<fixed arm>+floor`` (families ``chain+floor``, ``static+floor``, ``eagle2+floor``): every
   fixed grid point offered ECHO's floor, i.e. its pre-check and exact cut over the same
   acceptance maps (echo_scheduler.policies.floored), with the floor fed by the cost model.
 """
@@ -47,9 +39,6 @@ EAGLE2_GRID = (1, 2, 4, 8)
 GLOBAL_TOPK_PER_REQUEST = 4
 UTILITY_ARM = "echo_utility"
 NOLEDGER_ARM = "echo_noledger"
-HISTORY_ARM = "echo_history"
-AGING_ARM = "echo_aging"
-SLACK_GATES = ("echo_k2", "echo_next_k2", "echo_dense", "echo_fixed")
 GRID_FAMILIES = ("chain", "static", "eagle2")
 """The fixed baselines replayed over a budget grid (each reported at its best point)."""
 
@@ -125,12 +114,6 @@ def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
             NOLEDGER_ARM, NOLEDGER_ARM, NOLEDGER_ARM, cfg, ECHO_PER_REQUEST, floor=True, gate="echo"
         )
     )
-    arms.append(  # ECHO rescaling each request's keys by its own recent acceptance
-        Arm(HISTORY_ARM, HISTORY_ARM, HISTORY_ARM, cfg, ECHO_PER_REQUEST, floor=True, gate="echo")
-    )
-    arms.append(  # ECHO giving long-starved requests their best depth-1 node first
-        Arm(AGING_ARM, AGING_ARM, AGING_ARM, cfg, ECHO_PER_REQUEST, floor=True, gate="echo")
-    )
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise PolicyError(f"arm names must be unique: {names}")
@@ -138,14 +121,9 @@ def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
 
 
 def optional_arms(base: PolicyConfig | None = None) -> list[Arm]:
-    """The arms a replay runs only when named (module docstring): ``<gate>_slack`` and
-    ``<fixed arm>+floor``."""
+    """The arms a replay runs only when named (module docstring): ``<fixed arm>+floor``."""
     cfg = base or PolicyConfig.high_concurrency()
-    slack = [
-        Arm(f"{g}_slack", f"{g}_slack", "echo_slack", cfg, ECHO_PER_REQUEST, True, g, True)
-        for g in SLACK_GATES
-    ]
-    floored = [
+    return [
         Arm(
             f"{a.name}+floor",
             f"{a.family}+floor",
@@ -159,7 +137,6 @@ def optional_arms(base: PolicyConfig | None = None) -> list[Arm]:
         for a in default_arms(cfg)
         if a.family in GRID_FAMILIES
     ]
-    return slack + floored
 
 
 def select_arms(arms: Sequence[Arm], wanted: Sequence[str] | None) -> list[Arm]:

@@ -102,7 +102,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--arms",
         nargs="+",
         default=None,
-        help="arm names or families (default: all but the optional <gate>_slack, <arm>+floor)",
+        help="arm names or families (default: all but the optional <arm>+floor)",
     )
     p.add_argument("--steps", type=int, default=_DEFAULT.steps, help="composed steps per cell")
     p.add_argument("--seed", type=int, default=_DEFAULT.seed)

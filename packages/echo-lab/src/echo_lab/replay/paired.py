@@ -9,8 +9,8 @@ is what pairs them) and evaluates
 over the drawn steps; the 95% interval is the 2.5th-97.5th percentile of ``resamples`` draws
 (seeded, so a replay is reproducible to the bit).
 
-Steps are not independent: a policy carries state from step to step (its draft ledger, its
-per-request history), and request streams (echo_lab.sim.rows) put the same requests in
+Steps are not independent: a policy carries state from step to step (its draft ledgers, its
+mode chooser), and request streams (echo_lab.sim.rows) put the same requests in
 consecutive steps. So the draws are *circular blocks* of ``L`` consecutive steps (a moving-block
 bootstrap), ``L = block_length(S) = max(1, round(S ** (1/3)))`` (the usual S^(1/3) rate): 3 for
 S = 20, 4 for S = 80.

@@ -5,7 +5,7 @@ For each batch size B the same seeded steps are replayed through every policy at
 are calibrated first, as in the paper's warm-up: separate warm-up steps are drafted to full depth
 without gating, every node is recorded with its acceptance, and echo-gating's ``calibrate``
 returns the sparse (``echo``), dense (``echo_dense``) and fixed-threshold (``echo_fixed``) gates
-(``echo_reserve`` and ``echo_noledger`` use the sparse one). B <= 4 uses the low-concurrency
+(``echo_noledger`` uses the sparse one). B <= 4 uses the low-concurrency
 config, larger B the high-concurrency one; ECHO's ``min_depth_gain`` is set to
 :func:`depth_price` and every step's ``node_price`` to :func:`node_price` (the drafting cost per
 call and per expanded node). The table
@@ -75,7 +75,7 @@ def node_price(verify: VerifyCostModel, draft: DraftCostModel, batch: int, budge
 
 
 def make(name: str, config: PolicyConfig, gates: dict[str, GatePolicy]) -> BasePolicy:
-    shared = name in ("echo_reserve", "echo_noledger")  # the sparse gate's variants
+    shared = name == "echo_noledger"  # the sparse gate's variant
     return make_policy(name, config, gate=gates.get("echo" if shared else name))
 
 

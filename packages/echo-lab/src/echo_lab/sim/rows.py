@@ -13,7 +13,7 @@ token). Files are echo-trace/1 (:mod:`echo_lab.sim.trace`), one per workload.
 When the recording kept request identity (``request``, ``request_step``), batches can instead
 be composed from *streams* (:func:`compose_streams`): slot s of the batch replays one request's
 rows in its own order, starting at a seeded offset and moving on to the next request of a
-seeded cycle when that one ends, so a policy that learns per request (echo_scheduler.history)
+seeded cycle when that one ends, so a policy that learns per request or per load (its ledgers)
 sees each slot's requests as the engine would. Slot s's visits are named ``"s/v"`` (visit v),
 so two slots replaying the same recorded request are two requests.
 """

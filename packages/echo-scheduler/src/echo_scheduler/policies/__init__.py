@@ -1,110 +1,117 @@
-"""Every scheduling policy behind one interface, and a constructor by name.
+"""Every scheduling policy behind one interface, registered by name (policies.registry).
 
-Names: ``plain``, ``chain``, ``static``, ``eagle2``, ``global_topk``, ``echo`` (calibrated sparse
-gate), ``echo_dense`` and ``echo_fixed`` (ablations: a gate at every depth / one threshold), and
-``echo_reserve`` (ECHO reserving every request's base tree first: the literal reading of
-Algorithm 1, kept as an ablation) and ``echo_noledger`` (ECHO without the realised-value check
-of echo_scheduler.ledger: it drafts whenever the optimistic pre-check lets it) and
-``echo_history`` (ECHO rescaling each request's keys by its realised acceptance,
-echo_scheduler.history; it needs the engine's request serials in ``StepBatch.requests``) and
-``echo_aging`` (ECHO giving a request that verified no draft row for ``AGING_STEPS`` steps in a
-row its best depth-1 node first; also needs the serials) and ``echo_slack`` (ECHO whose gate
-truncates only while the budget is full: under slack a truncated request drafts on; any gate).
-``echo-sd``'s ``--policy`` offers neither ``echo_slack`` nor ``echo_reserve`` / ``echo_noledger``
-(ablations for the replay, the simulator and the SGLang plugin). ``FLOORED_NAMES``
-(``chain+floor``, ``static+floor``, ``eagle2+floor``): the fixed baselines with
-ECHO's pre-check and exact cut (echo_scheduler.policies.floored); they need a gate with
-calibrated acceptance maps.
+The built-in policies, registered here in this order:
+
+- ``plain``, ``chain``, ``static``, ``eagle2``, ``global_topk``: the baselines;
+- ``echo``: ECHO (echo_scheduler.policies.echo) under its calibrated sparse gate;
+- ``echo_dense`` and ``echo_fixed``: the paper's gate ablations, ECHO under a gate at every depth
+  / one threshold (:func:`~echo_scheduler.policies.registry.make_policy` checks the gate's mode);
+- ``echo_noledger``: ECHO without its ledgers and mode chooser (an ablation for the replay);
+- ``chain+floor``, ``static+floor``, ``eagle2+floor`` (``FLOORED_NAMES``): the fixed baselines
+  with ECHO's pre-check and exact cut (echo_scheduler.policies.floored); they need a gate with
+  calibrated acceptance maps.
+
+``echo-sd``'s ``--policy`` offers the ``engine_offered`` ones. ``POLICY_NAMES`` (the policies
+that run without acceptance maps) and ``FLOORED_NAMES`` are read from the registry once the
+built-ins are in; :func:`policy_names` is the live view.
 """
 
 from __future__ import annotations
 
 from echo_gating.policy import GateMode, GatePolicy
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.errors import PolicyError
-from echo_scheduler.history import RequestHistory
 from echo_scheduler.interface import BasePolicy
-from echo_scheduler.policies.echo import EchoPolicy
+from echo_scheduler.policies.echo import EchoPolicy, NoLedgerEchoPolicy
 from echo_scheduler.policies.floored import FlooredChain, FlooredEagle2, FlooredStatic
 from echo_scheduler.policies.global_topk import GlobalTopKPolicy
 from echo_scheduler.policies.plain import PlainPolicy
+from echo_scheduler.policies.registry import (
+    PolicyFactory,
+    PolicySpec,
+    make_policy,
+    policy_names,
+    policy_spec,
+    register_policy,
+)
 from echo_scheduler.policies.uniform import ChainPolicy, Eagle2Policy, StaticTreePolicy
 
-POLICY_NAMES = (
-    "plain",
-    "chain",
-    "static",
-    "eagle2",
-    "global_topk",
-    "echo",
-    "echo_dense",
-    "echo_fixed",
-    "echo_reserve",
-    "echo_noledger",
-    "echo_history",
-    "echo_aging",
-    "echo_slack",
-)
-FLOORED_NAMES = ("chain+floor", "static+floor", "eagle2+floor")
-AGING_STEPS = 4
-"""``echo_aging``'s threshold: steps in a row without a verified draft row (set a priori)."""
 
-_ECHO_MODES = {
-    "echo": None,
-    "echo_dense": GateMode.DENSE,
-    "echo_fixed": GateMode.FIXED,
-    "echo_reserve": None,
-    "echo_noledger": None,
-    "echo_history": None,
-    "echo_aging": None,
-    "echo_slack": None,
-}
+def _echo(name: str, cls: type[EchoPolicy] = EchoPolicy) -> PolicyFactory:
+    def factory(config: PolicyConfig, gate: GatePolicy | None) -> BasePolicy:
+        return cls(config, gate, name=name)
+
+    return factory
 
 
-def make_policy(
-    name: str, config: PolicyConfig | None = None, gate: GatePolicy | None = None
-) -> BasePolicy:
-    """A fresh policy ``name`` with ``config`` (default: high concurrency).
+def _floored(cls: type[FlooredChain | FlooredStatic | FlooredEagle2]) -> PolicyFactory:
+    def factory(config: PolicyConfig, gate: GatePolicy | None) -> BasePolicy:
+        return cls(config, gate)
 
-    The ``echo*`` policies take their gate from ``gate`` (default: never gate); ``echo_dense`` and
-    ``echo_fixed`` check that the gate has the matching mode, so an ablation is never mislabelled.
-    """
-    cfg = config if config is not None else PolicyConfig()
-    if name == "plain":
-        return PlainPolicy()
-    if name == "chain":
-        return ChainPolicy(cfg)
-    if name == "static":
-        return StaticTreePolicy(cfg)
-    if name == "eagle2":
-        return Eagle2Policy(cfg)
-    if name == "global_topk":
-        return GlobalTopKPolicy(cfg)
-    if name in FLOORED_NAMES:
-        floored = {
-            "chain+floor": FlooredChain,
-            "static+floor": FlooredStatic,
-            "eagle2+floor": FlooredEagle2,
-        }[name]
-        return floored(cfg, gate)
-    if name in _ECHO_MODES:
-        mode = _ECHO_MODES[name]
-        if mode is not None and (gate is None or gate.mode is not mode):
-            got = None if gate is None else gate.mode.value
-            raise PolicyError(f"policy {name!r} needs a {mode.value} GatePolicy, got {got}")
-        return EchoPolicy(
-            cfg,
-            gate,
-            name=name,
-            reserve_base=name == "echo_reserve",
-            learn_drafting=name != "echo_noledger",
-            history=RequestHistory() if name == "echo_history" else None,
-            aging=AGING_STEPS if name == "echo_aging" else 0,
-            slack=name == "echo_slack",
+    return factory
+
+
+def _register_builtins() -> None:
+    register_policy(
+        "plain",
+        lambda cfg, gate: PlainPolicy(),
+        summary="no speculation: one token per step (the reference output)",
+        engine_offered=True,
+    )
+    register_policy(
+        "chain",
+        lambda cfg, gate: ChainPolicy(cfg),
+        summary="classic speculative decoding: one chain of k draft tokens per request",
+        engine_offered=True,
+    )
+    register_policy(
+        "static",
+        lambda cfg, gate: StaticTreePolicy(cfg),
+        summary="a fixed tree shape per request (EAGLE-1 / Medusa style)",
+        engine_offered=True,
+    )
+    register_policy(
+        "eagle2",
+        lambda cfg, gate: Eagle2Policy(cfg),
+        summary="per-request dynamic tree, same size for every request (EAGLE-2, SGLang)",
+        engine_offered=True,
+    )
+    register_policy(
+        "global_topk",
+        lambda cfg, gate: GlobalTopKPolicy(cfg),
+        summary="one budget K over the batch, best path scores first, no gating",
+        engine_offered=True,
+    )
+    for name, mode, summary in (
+        ("echo", None, "ECHO: sparse calibrated gates, depth for confident requests, then width"),
+        ("echo_dense", GateMode.DENSE, "ECHO ablation: a gate at every depth"),
+        ("echo_fixed", GateMode.FIXED, "ECHO ablation: one threshold for all depths"),
+    ):
+        register_policy(name, _echo(name), summary=summary, gate_mode=mode, engine_offered=True)
+    register_policy(
+        "echo_noledger",
+        _echo("echo_noledger", NoLedgerEchoPolicy),
+        summary="ECHO ablation: no draft ledger or mode chooser (drafts whenever the pre-check "
+        "lets it)",
+    )
+    for name, floored, shape in (
+        ("chain+floor", FlooredChain, "a chain"),
+        ("static+floor", FlooredStatic, "a static tree"),
+        ("eagle2+floor", FlooredEagle2, "an EAGLE-2 tree"),
+    ):
+        register_policy(
+            name,
+            _floored(floored),
+            summary=f"{shape} with ECHO's pre-check and exact cut (needs acceptance maps)",
+            needs_maps=True,
         )
-    known = ", ".join((*POLICY_NAMES, *FLOORED_NAMES))
-    raise PolicyError(f"unknown policy {name!r}; known: {known}")
 
+
+_register_builtins()
+
+POLICY_NAMES = policy_names(needs_maps=False)
+"""The registered policies that run without acceptance maps (the built-ins: registration order)."""
+FLOORED_NAMES = policy_names(needs_maps=True)
+"""The floored baselines: they need a gate with calibrated acceptance maps."""
 
 __all__ = [
     "FLOORED_NAMES",
@@ -113,7 +120,12 @@ __all__ = [
     "Eagle2Policy",
     "EchoPolicy",
     "GlobalTopKPolicy",
+    "NoLedgerEchoPolicy",
     "PlainPolicy",
+    "PolicySpec",
     "StaticTreePolicy",
     "make_policy",
+    "policy_names",
+    "policy_spec",
+    "register_policy",
 ]

@@ -12,7 +12,7 @@ import torch
 from echo_gating.policy import GateMode, GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.interface import Policy
-from echo_scheduler.policies import make_policy
+from echo_scheduler.policies import make_policy, policy_names
 from echo_server.assets import DEFAULT_GATE, DEFAULT_HEAD, MIXTURE_GATE, ablation_gate
 from echo_server.drafting import NgramDrafter, NullDrafter
 from echo_server.drafting.base import Drafter
@@ -25,18 +25,9 @@ from echo_server.model.loader import LoadedModel, load_model
 
 log = structlog.get_logger(__name__)
 
-POLICY_CHOICES = (
-    "plain",
-    "chain",
-    "static",
-    "eagle2",
-    "global-topk",
-    "echo",
-    "echo-dense",
-    "echo-fixed",
-    "echo-history",
-    "echo-aging",
-)
+POLICY_CHOICES = tuple(n.replace("_", "-") for n in policy_names(engine_offered=True))
+"""``--policy`` choices: the registered policies the engine offers (echo_scheduler.policies),
+spelled with dashes."""
 DRAFTER_CHOICES = ("auto", "eagle", "ngram", "eagle+ngram")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FIXED_THRESHOLD = 0.3
