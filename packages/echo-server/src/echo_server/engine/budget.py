@@ -13,7 +13,6 @@ as JSON (keyed by model, dtype, device and thread count) so later starts skip th
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,23 +200,11 @@ def load_or_measure_profile(
     model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE
 ) -> ProfileCost:
     """The cached verify profile for this model and machine setup, or a fresh measurement."""
-    path = cache_dir / f"{_cache_key(model)}.json" if cache_dir is not None else None
-    if path is not None and path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            return ProfileCost(
-                tuple(float(t) for t in data["tokens"]), tuple(float(s) for s in data["seconds"])
-            )
-        except (ValueError, KeyError, TypeError, CostModelError) as exc:
-            log.warning("verify_profile_cache_unreadable", path=str(path), error=str(exc))
-    seconds = measure_profile_rounds(model, PROFILE_TOKENS, PROFILE_ROUNDS)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"tokens": list(PROFILE_TOKENS), "seconds": seconds}))
-    log.info(
-        "verify_profile", tokens=list(PROFILE_TOKENS), ms=[round(s * 1000, 1) for s in seconds]
-    )
-    return ProfileCost(tuple(float(t) for t in PROFILE_TOKENS), tuple(seconds))
+    # -- h-cost hook (#47): checked on load and when measured, engine/profile_store.py --
+    from echo_server.engine.profile_store import checked_profile
+
+    return checked_profile(model, cache_dir).profile
+    # -- end h-cost hook --
 
 
 def load_or_measure(model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE) -> VerifyCostModel:

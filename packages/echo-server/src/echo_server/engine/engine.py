@@ -42,6 +42,7 @@ from echo_server.engine.admission import Admission
 from echo_server.engine.budget import FLOOR_SLOPE_ROWS, StepBudget, load_or_measure_profile
 from echo_server.engine.chunking import chunk_rows
 from echo_server.engine.config import EngineConfig
+from echo_server.engine.cost_feedback import CostFeedback  # h-cost hook (#47)
 from echo_server.engine.draft_source import DrafterSource
 from echo_server.engine.emit import apply_new_tokens
 from echo_server.engine.metrics import EngineMetrics
@@ -98,6 +99,7 @@ class Engine:
         self.requests: dict[str, RequestState] = {}
         self.metrics = EngineMetrics()
         self._serials = itertools.count()
+        self.cost_feedback = CostFeedback.attach(self)  # h-cost hook (#47): live verify cost
 
     # -- client side -------------------------------------------------------------------------
 
@@ -160,7 +162,7 @@ class Engine:
         if batch:
             report = report.merge(self._decode_isolated(batch))
         self.metrics.add(report)
-        return report
+        return self.cost_feedback.observe(report)  # h-cost hook (#47): floor, K, report.cost
 
     def _decode_isolated(self, batch: list[RequestState]) -> StepReport:
         """One decode step; if it fails before committing anything, find who made it fail.
