@@ -187,14 +187,15 @@ def test_full_queue_is_429_with_retry_after_and_disconnect_frees_the_slot(
         body |= {"ignore_eos": True}
         with httpx.stream("POST", node.http_url + "/v1/completions", json=body, timeout=120) as r:
             assert r.status_code == 200
-            next(r.iter_lines())  # the request holds the node's only slot (its engine paused)
+            lines = r.iter_lines()
+            next(lines)  # the request holds the node's only slot (its engine paused)
             try:
                 with client(node.http_url) as api, pytest.raises(openai.RateLimitError) as info:
                     api.completions.create(model=MODEL, prompt="hi", max_tokens=2)
             finally:
                 release.set()
             assert int(info.value.response.headers["retry-after"]) >= 1
-            later = next(line for line in r.iter_lines() if line)
+            later = next(line for line in lines if line)
             assert '"error"' not in later, later
         # the client went away mid-stream: the engine cancels the request and frees the slot
         deadline = time.monotonic() + 60
