@@ -166,3 +166,18 @@ def test_the_floor_prices_rows_on_the_corrected_curve_once_ready() -> None:
     assert step.min_utility == pytest.approx(cheap)
     assert step.row_price is not None
     assert step.row_price.latency is curve
+
+
+def test_a_bucket_the_envelope_lifts_does_not_ask_for_a_new_curve_every_step() -> None:
+    live = LiveCost(ProfileCost((1.0, 8.0), (0.030, 0.040)))
+    for _ in range(MIN_SAMPLES):
+        live.observe(2, 0.045)  # 2 rows dearer than 4 (longer contexts at the time)
+        live.observe(4, 0.036)
+    curve = live.refresh()
+    assert curve is not None
+    assert curve.latency_at(4) == pytest.approx(0.045)  # lifted by the envelope
+    for _ in range(3 * WINDOW):
+        live.observe(2, 0.045)
+        live.observe(4, 0.036)
+        assert live.refresh() is None
+    assert live.swaps == 1

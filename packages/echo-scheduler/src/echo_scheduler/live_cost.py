@@ -23,9 +23,10 @@ piecewise linearly like the profile (:class:`~echo_scheduler.cost.ProfileCost`).
 bucket it is the profile scaled to it, what the elastic floor's global scale ``s`` does; each
 further ready bucket replaces the profile's shape around it with the measured one.
 
-:meth:`LiveCost.refresh` returns a new curve only when some ready bucket's estimate differs
-from the curve in use by more than ``swap_tolerance`` (relative), so a profile the live steps
-confirm is never replaced and a consumer (the floor, K) changes only on evidence.
+:meth:`LiveCost.refresh` returns a new curve only when some ready bucket's estimate moved by
+more than ``swap_tolerance`` (relative) from what the curve in use was built on (or, for a bucket
+not used then, from the curve), so a profile the live steps confirm is never replaced and a
+consumer (the floor, K) changes only on evidence.
 
 Exploration. If a wrong profile prices draft rows so dear that nothing is drafted, only
 ``T = B`` is observed and the correction above is a scaling of the wrong shape. Three things
@@ -134,6 +135,7 @@ class LiveCost:
         self.swaps = 0
         self.observed = 0
         self._buckets: dict[int, _Bucket] = {}
+        self._anchors: dict[int, float] = {}  # m_T of the buckets the curve in use was built on
 
     def observe(self, rows: int, seconds: float) -> None:
         """One verify pass over ``rows`` rows took ``seconds``; non-finite or <= 0 is ignored
@@ -186,21 +188,31 @@ class LiveCost:
         return ProfileCost(tuple(grid_t), tuple(envelope(values)))
 
     def refresh(self) -> ProfileCost | None:
-        """A new curve in use when some ready bucket's ``m_T`` differs from the current curve
-        at T by more than ``swap_tolerance`` (relative), else None (keep the current one)."""
+        """A new curve in use when some ready bucket's ``m_T`` differs by more than
+        ``swap_tolerance`` (relative) from its reference, else None (keep the current one).
+
+        A bucket's reference is its median when the curve in use was built (its *anchor*), or,
+        for a bucket that was not ready then, the current curve at T. Comparing with the anchor,
+        not the curve, keeps a bucket the envelope lifted (a median below a smaller row count's)
+        from asking for a new curve at every step."""
         live = self.ready()
         if not live:
             return None
-        current = self.curve
-        if current is not None and all(
-            abs(m - current.latency_at(t)) <= self.swap_tolerance * current.latency_at(t)
-            for t, m in live.items()
-        ):
+        current, tol = self.curve, self.swap_tolerance
+        changed = False
+        for t, m in live.items():
+            ref = self._anchors.get(t)
+            if ref is None and current is not None:
+                ref = current.latency_at(t)
+            if ref is None or abs(m - ref) > tol * ref:
+                changed = True
+                break
+        if not changed:
             return None
         new = self.corrected()
         if new is None:
             return None
-        self.curve = new
+        self.curve, self._anchors = new, live
         self.swaps += 1
         return new
 
