@@ -4,19 +4,26 @@ timer is a function of the row count and the call number."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import pytest
+import torch
 from structlog.testing import capture_logs
 
+from echo_core.sampling import SamplingParams
 from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.elastic import ElasticFloor
-from echo_scheduler.live_cost import MIN_SAMPLES
+from echo_scheduler.live_cost import MIN_SAMPLES, SWAP_TOLERANCE
+from echo_scheduler.policies import make_policy
+from echo_scheduler.profile_check import ProfileRounds, check_profile
+from echo_server.drafting import NgramDrafter
+from echo_server.engine import Engine, EngineConfig, GenerationRequest, cost_feedback, profile_store
 from echo_server.engine.budget import LocalBudget, StepBudget
 from echo_server.engine.cost_feedback import CostFeedback, samples_of
 from echo_server.engine.profile_store import (
@@ -29,6 +36,8 @@ from echo_server.engine.profile_store import (
     save,
 )
 from echo_server.engine.report import StepReport
+from echo_server.model import load_model_only
+from echo_server.model.loader import LoadedModel
 
 TOKENS = (1, 2, 3, 4, 6, 7, 8, 12, 16)
 IDENTITY = {"cpu": "Test CPU", "torch": "2.x", "threads": "1", "model": "m", "device": "cpu"}
@@ -210,3 +219,66 @@ def test_samples_come_from_timed_passes_only() -> None:
 
     report = cast(StepReport, SimpleNamespace(passes=(verified(2, 5, 0.03), verified(1, 0, None))))
     assert samples_of(report) == [(7, 0.03)]
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A seeded random two-layer Llama saved as a HF checkpoint and loaded by our loader."""
+    transformers: Any = importlib.import_module("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    path: Path = tmp_path_factory.mktemp("tiny-llama")
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    return load_model_only(path, dtype=torch.float32, device=torch.device("cpu"))
+
+
+def test_the_engine_corrects_a_wrong_start_up_profile_from_its_own_steps(
+    tiny_llama: Any, smollm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The planted profile prices a pass at 33.8-90 ms; the tiny model's passes take about 1 ms.
+    profile = bad_profile()
+    rounds = ProfileRounds(
+        tuple(int(t) for t in profile.tokens), tuple((s,) for s in profile.seconds), (1.0, 1.0)
+    )
+    planted = CheckedProfile(
+        profile, ProfileSource.CACHED, rounds, check_profile(rounds), attempts=0
+    )
+    monkeypatch.setattr(profile_store, "checked_profile", lambda *_: planted)
+    monkeypatch.setattr(profile_store, "peek", lambda *_: planted)
+    monkeypatch.setattr(cost_feedback, "peek", lambda *_: planted)
+    engine = Engine(
+        tiny_llama,
+        smollm.tokenizer,
+        make_policy("echo"),
+        NgramDrafter(),
+        EngineConfig(budget="auto", max_batch=1, kv_slots=4096, elastic=True),
+    )
+    assert engine.elastic is not None
+    assert engine.elastic.cost is profile
+    params = SamplingParams(temperature=0.0, max_tokens=3 * MIN_SAMPLES, ignore_eos=True)
+    engine.submit(GenerationRequest("r", prompt_ids=tuple(range(10, 20)) * 3, params=params))
+    reports = [engine.step() for _ in range(2 * MIN_SAMPLES + 1) if engine.has_work()]
+    last = reports[-1].cost
+    assert last is not None
+    assert last.source == "cached"
+    assert last.swaps >= 1  # corrected within the steps one row count needs to be ready
+    assert engine.elastic.cost is engine.cost_feedback.live.curve
+    curve, live = engine.elastic.cost, engine.cost_feedback.live.ready()
+    assert live
+    # the live medians (lifted only where the envelope must), as of the last swap: since then
+    # they may have moved by up to the swap tolerance
+    ratios = [curve.latency_at(t) / m for t, m in live.items()]
+    assert min(ratios) == pytest.approx(1.0, abs=SWAP_TOLERANCE)
+    assert max(profile.latency_at(t) / m for t, m in live.items()) > 1 + SWAP_TOLERANCE
+    assert engine.budget.local.cost is not None
+    ceiling = engine.cost_feedback.k_ceiling
+    assert ceiling is not None
+    assert engine.budget.k(1) <= ceiling  # never past the KV slack admission reserved
