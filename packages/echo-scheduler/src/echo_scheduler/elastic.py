@@ -21,7 +21,10 @@ policy honouring it (ECHO) stops drafting and decodes plainly.
 observes per step: tokens emitted per request ``m``, draft rows verified per request ``v``, the
 other work ``o`` (seconds per step), drafter seconds per drafted depth ``t_d``, and the ratio
 ``s`` of measured to modelled verify latency (the model is a profile taken once; ``s`` follows
-contention and drift). For a step over B requests it then evaluates, with ``T = B (1 + v)``:
+contention and drift; one scale cannot fix a profile of the wrong shape, so the engine also
+corrects the curve itself per row count from live steps, echo_scheduler.live_cost, and hands the
+corrected curve to :meth:`ElasticFloor.recalibrate`). For a step over B requests it then
+evaluates, with ``T = B (1 + v)``:
 
     R = B m / (s t(T) + o),   u_min = R dt,   depth_price = R t_d,
     dt = s_row max( (t(T) - t(B)) / (T - B),  (t(T + h) - t(T)) / h ),   h = max(h_0, B / 8)
@@ -119,6 +122,16 @@ class ElasticFloor:
             return Floor(rate * marginal, rate * self.draft_s_per_depth, rate)
         per_call, per_node = split
         return Floor(rate * marginal, rate * per_call, rate, rate * per_node)
+
+    def recalibrate(self, cost: LatencyModel) -> None:
+        """Price rows on ``cost`` from now on: a verify curve corrected from live steps
+        (:class:`~echo_scheduler.live_cost.LiveCost`). ``s`` restarts at 1 and the row split's
+        moments are dropped: both measured the old curve's error, and the new curve is the live
+        median itself, so ``s`` then follows only what changed since (``row_scale`` is ``s``
+        until drafted steps refill the split). The other averages (m, v, o, t_d) are kept."""
+        self.cost = cost
+        self.verify_scale = 1.0
+        self._verify_moments = None
 
     def row_scale(self) -> float:
         """``s_row``: measured over modelled cost of the draft rows alone, from the weighted

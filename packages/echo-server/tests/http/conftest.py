@@ -33,6 +33,7 @@ class LiveNode:
     grpc_target: str  # 127.0.0.1:PORT
     loop: asyncio.AbstractEventLoop
     stop: asyncio.Event
+    engine: Engine  # touched by the node's engine thread only, unless a test pauses it
 
     def begin_shutdown(self) -> None:
         self.loop.call_soon_threadsafe(self.stop.set)
@@ -101,7 +102,11 @@ def live_node(smollm: LoadedModel, tmp_path: Path) -> LiveNodeFactory:
         assert isinstance(loop, asyncio.AbstractEventLoop)
         assert isinstance(stop, asyncio.Event)
         node = LiveNode(
-            f"http://127.0.0.1:{ports['http_port']}", f"127.0.0.1:{ports['grpc_port']}", loop, stop
+            f"http://127.0.0.1:{ports['http_port']}",
+            f"127.0.0.1:{ports['grpc_port']}",
+            loop,
+            stop,
+            engine,
         )
         try:
             yield node

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -16,6 +17,8 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from echo_proto.serving.v1 import serving_pb2 as spb
 from echo_proto.serving.v1 import serving_pb2_grpc
+from echo_server.engine import Engine
+from echo_server.engine.report import StepReport
 
 from .conftest import MODEL, LiveNodeFactory
 
@@ -147,18 +150,53 @@ def test_bearer_token_guards_every_path_but_health(live_node: LiveNodeFactory) -
         assert 'echo_node_requests_refused_total{code="UNAUTHENTICATED"}' in metrics
 
 
-def test_full_queue_is_429_with_retry_after_and_disconnect_frees_the_slot(
-    live_node: LiveNodeFactory,
+def hold_after_first_text(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, release: threading.Event
 ) -> None:
+    """Pause ``engine``'s thread before the step after the one that emitted the first text,
+    until ``release`` is set (at most 60 s)."""
+    step, seen = engine.step, threading.Event()
+
+    def held() -> StepReport:
+        if seen.is_set():
+            release.wait(60)
+        report = step()
+        if any(e.text for e in report.events):
+            seen.set()
+        return report
+
+    monkeypatch.setattr(engine, "step", held)
+
+
+def test_full_queue_is_429_with_retry_after_and_disconnect_frees_the_slot(
+    live_node: LiveNodeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Admission cannot exceed capacity: the in-flight count lives on the event loop only, and a
+    # request leaves it only with its terminal item. So when the second request was admitted
+    # under load (2026-12-05) the first had already ended in the engine, and nothing held it: a
+    # stream its client stops reading is no brake on the engine, which runs the request to
+    # max_tokens (or fails it, which the test, reading one line, never saw) and frees the slot,
+    # racing the test thread's next request. The engine is now paused after the first text, so
+    # the first request holds the slot however the threads are scheduled; admission answers on
+    # the event loop, so the 429 needs no step. After the release the stream must go on
+    # without an error.
     with live_node(max_batch=1, max_waiting=0) as node:
+        release = threading.Event()
+        hold_after_first_text(node.engine, monkeypatch, release)
         body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 500, "stream": True}
         body |= {"ignore_eos": True}
         with httpx.stream("POST", node.http_url + "/v1/completions", json=body, timeout=120) as r:
             assert r.status_code == 200
-            next(r.iter_lines())  # the request holds the node's only slot
-            with client(node.http_url) as api, pytest.raises(openai.RateLimitError) as info:
-                api.completions.create(model=MODEL, prompt="hi", max_tokens=2)
+            lines = r.iter_lines()
+            next(lines)  # the request holds the node's only slot (its engine paused)
+            try:
+                with client(node.http_url) as api, pytest.raises(openai.RateLimitError) as info:
+                    api.completions.create(model=MODEL, prompt="hi", max_tokens=2)
+            finally:
+                release.set()
             assert int(info.value.response.headers["retry-after"]) >= 1
+            later = next(line for line in lines if line)
+            assert '"error"' not in later, later
         # the client went away mid-stream: the engine cancels the request and frees the slot
         deadline = time.monotonic() + 60
         with client(node.http_url) as api:

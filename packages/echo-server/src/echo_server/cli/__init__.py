@@ -1,7 +1,8 @@
 """``echo-sd``: the command-line entry point.
 
-The serving commands live in sibling modules (``generate``, ``policies``, ``serve``), and
-``controller`` is :mod:`echo_controller.cli` (also installed alone as ``echo-controller``). Other
+The serving commands live in sibling modules (``generate``, ``policies``, ``profile``,
+``serve``), and ``controller`` is :mod:`echo_controller.cli` (also installed alone as
+``echo-controller``). Other
 packages add commands through the ``echo_sd.commands`` entry-point group: echo-lab registers
 ``demo``, ``bench``, ``bench-serve``, ``sim``, ``train-draft`` and ``calibrate`` there. A command
 module has ``add_parser(subparsers)`` and ``run(args) -> int``; one whose ``PASS_THROUGH`` is true
@@ -19,7 +20,7 @@ from types import ModuleType
 from echo_controller import cli as controller
 from echo_controller.logs import LEVELS, configure_logging
 from echo_core.errors import EchoError
-from echo_server.cli import generate, policies, serve
+from echo_server.cli import generate, policies, profile, serve
 
 PLUGIN_GROUP = "echo_sd.commands"
 """Entry-point group through which installed packages add ``echo-sd`` subcommands."""
@@ -27,6 +28,7 @@ PLUGIN_GROUP = "echo_sd.commands"
 BUILTIN: dict[str, ModuleType] = {
     "generate": generate,
     "policies": policies,
+    "profile": profile,
     "serve": serve,
     "controller": controller,
 }

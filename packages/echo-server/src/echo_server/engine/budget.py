@@ -7,7 +7,7 @@ from the engine's knobs and the verify profile measured on this machine.
 
 i.e. fill the verify pass up to the knee where extra tokens start to cost. With ``elastic`` the
 chain also prices rows with the elastic floor over the same profile. The profile itself (timing,
-cache) is :mod:`echo_server.engine.profile`'s.
+checks, cache) is :mod:`echo_server.engine.profile`'s and :mod:`echo_server.engine.profile_store`'s.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from echo_scheduler.budget import BudgetChain, LocalBudget
 from echo_scheduler.cost import VerifyCostModel
 from echo_scheduler.elastic import ElasticFloor
-from echo_server.engine.profile import load_or_measure_profile
+from echo_server.engine.profile_store import checked_profile
 from echo_server.model.llama import LlamaModel
 
 __all__ = ["FLOOR_SLOPE_ROWS", "engine_budget"]
@@ -25,15 +25,16 @@ FLOOR_SLOPE_ROWS = 6.0
 that staircase's steps on the EPYC, so the floor's slope past the recent row count is a step's
 cost per row, never 0 or a whole step. With these points (and 128, timed in 7 rounds) it lifted
 ECHO at c = 4 from 1.044 to 1.088 of plain decoding on HumanEval and from 0.985 to 1.018 on
-MT-Bench (lockstep, the bench's ``echo-stairs`` arm; docs/BENCHMARKS.md, 2026-12-04). A GPU's
+MT-Bench (lockstep, the bench's ``echo-stairs`` arm; docs/lab/2026-12-04.md). A GPU's
 profile is flat below its knee, so the window changes nothing there but the few rows around
 the knee."""
 
 
 def engine_budget(budget: int | str, elastic: bool, model: LlamaModel) -> BudgetChain:
     """The chain for ``budget`` (an int K, or ``"auto"``: K_max of the verify profile) and, with
-    ``elastic``, the elastic floor over that profile (measured once, then cached)."""
-    profile = load_or_measure_profile(model) if elastic or not isinstance(budget, int) else None
+    ``elastic``, the elastic floor over that profile (checked, and cached only when consistent:
+    :mod:`echo_server.engine.profile_store`)."""
+    profile = checked_profile(model).profile if elastic or not isinstance(budget, int) else None
     if isinstance(budget, int):
         local = LocalBudget(fixed=budget)
     else:

@@ -39,6 +39,7 @@ from echo_server.engine.admission import Admission
 from echo_server.engine.budget import engine_budget
 from echo_server.engine.chunking import chunk_rows
 from echo_server.engine.config import EngineConfig
+from echo_server.engine.cost_feedback import CostFeedback
 from echo_server.engine.emit import apply_new_tokens
 from echo_server.engine.metrics import EngineMetrics
 from echo_server.engine.report import StepReport, StepTimer, VerifiedStep
@@ -78,7 +79,7 @@ class Engine:
         self.device = device  # every per-step tensor of the engine lives here, except:
         # the policy's pool (caps, drafted candidates, selection) lives on the host unless
         # cfg.policy_on_host is False: on an H200 ECHO's ranking on device tensors took 3-17 ms
-        # per step (22-90 syncs), on one host thread 0.6-2.8 ms (docs/BENCHMARKS.md, 2026-12-04)
+        # per step (22-90 syncs), on one host thread 0.6-2.8 ms (docs/lab/2026-12-04.md)
         self.policy_device = torch.device("cpu") if cfg.policy_on_host else device
         self.kv = KVPool(mc, cfg.kv_slots, cfg.max_batch, cfg.max_context, dtype, device)
         self.budget = engine_budget(cfg.budget, cfg.elastic, model)
@@ -90,6 +91,7 @@ class Engine:
         self.requests: dict[str, RequestState] = {}
         self.metrics = EngineMetrics()
         self._serials = itertools.count()
+        self.cost_feedback = CostFeedback.attach(self)
 
     @torch.inference_mode()
     def step(self) -> StepReport:
@@ -103,7 +105,7 @@ class Engine:
         if batch:
             report = report.merge(self._decode_isolated(batch))
         self.metrics.add(report)
-        return report
+        return self.cost_feedback.observe(report)  # live verify cost: floor, K, report.cost
 
     # -- client side -------------------------------------------------------------------------
 

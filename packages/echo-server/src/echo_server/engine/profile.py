@@ -2,15 +2,15 @@
 
 Times one target verify pass over ``T`` tokens for a few ``T`` (a single request with a chain of
 ``T - 1`` draft rows after a short cached prefix, the model's real forward), in interleaved
-rounds. The profile is cached as JSON (keyed by model, dtype, device and thread count) so later
-starts skip the measurement. What the budget makes of it (the knee's K, the elastic floor) is
-:mod:`echo_server.engine.budget`'s and echo-scheduler's (:mod:`echo_scheduler.budget`).
+rounds. Checking, caching and re-measuring a profile is :mod:`echo_server.engine.profile_store`'s;
+what the budget makes of it (the knee's K, the elastic floor) is :mod:`echo_server.engine.budget`'s
+and echo-scheduler's (:mod:`echo_scheduler.budget`); the live correction is
+:mod:`echo_server.engine.cost_feedback`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from pathlib import Path
 
@@ -18,7 +18,6 @@ import structlog
 import torch
 
 from echo_core.tree import make_tree
-from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.errors import CostModelError
 from echo_server.kv.pool import KVPool
 from echo_server.model.attention import tree_row_mask
@@ -29,7 +28,7 @@ log = structlog.get_logger(__name__)
 PROFILE_TOKENS = (*range(1, 9), 10, 12, 16, 24, 32, 48, 64, 96)
 """Verify-pass sizes the profile times: every count up to 8, where a CPU's cost is a staircase
 (on the AMD EPYC VM 1-6 rows within 6% of one another, the seventh +20%:
-scripts/bench_row_staircase.py), then sparser; the profile extends its last slope past 96."""
+docs/lab/2026-12-04.md), then sparser; the profile extends its last slope past 96."""
 PROFILE_ROUNDS = 5
 """Interleaved rounds of the start-up profile (:func:`measure_profile_rounds`)."""
 PREFIX = 64
@@ -131,32 +130,3 @@ def _cache_key(model: LlamaModel) -> str:
     ident += f"|padded={any(p.pad_to for p in model.row_paths.values())}"
     ident += f"|v{PROFILE_VERSION}"
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
-
-
-def load_or_measure_profile(
-    model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE
-) -> ProfileCost:
-    """The cached verify profile for this model and machine setup, or a fresh measurement."""
-    path = cache_dir / f"{_cache_key(model)}.json" if cache_dir is not None else None
-    if path is not None and path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            return ProfileCost(
-                tuple(float(t) for t in data["tokens"]), tuple(float(s) for s in data["seconds"])
-            )
-        except (ValueError, KeyError, TypeError, CostModelError) as exc:
-            log.warning("verify_profile_cache_unreadable", path=str(path), error=str(exc))
-    seconds = measure_profile_rounds(model, PROFILE_TOKENS, PROFILE_ROUNDS)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"tokens": list(PROFILE_TOKENS), "seconds": seconds}))
-    log.info(
-        "verify_profile", tokens=list(PROFILE_TOKENS), ms=[round(s * 1000, 1) for s in seconds]
-    )
-    return ProfileCost(tuple(float(t) for t in PROFILE_TOKENS), tuple(seconds))
-
-
-def load_or_measure(model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE) -> VerifyCostModel:
-    """The hinge fitted to the cached profile's points (K_max for ``--budget auto``)."""
-    profile = load_or_measure_profile(model, cache_dir)
-    return VerifyCostModel.fit(list(profile.tokens), list(profile.seconds))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -25,6 +26,9 @@ from echo_gating.records import RecordWriter
 from echo_scheduler.driver import DrivenStep
 from echo_scheduler.interface import StepBatch
 from echo_server.engine.request import RequestState, StepEvent
+
+if TYPE_CHECKING:
+    from echo_server.engine.cost_feedback import CostSnapshot
 
 PHASES = ("prefill", "draft", "verify", "accept", "commit", "emit")
 """Wall-time phases of a step, in order (``draft`` includes the policy's scheduling time)."""
@@ -130,6 +134,7 @@ class StepReport:
     acceptance: AcceptanceTotals = field(default_factory=AcceptanceTotals)
     phase_s: dict[str, float] = field(default_factory=dict)
     passes: tuple[VerifiedStep, ...] = ()  # decode passes: one, none, or per-request retries
+    cost: CostSnapshot | None = None  # the verify-cost model after this step (cost_feedback.py)
 
     @property
     def batch(self) -> int:
@@ -157,4 +162,5 @@ class StepReport:
             acceptance=self.acceptance + other.acceptance,
             phase_s=phases,
             passes=self.passes + other.passes,
+            cost=other.cost or self.cost,
         )

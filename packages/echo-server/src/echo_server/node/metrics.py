@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from echo_controller.metrics import sync_labels
 from echo_gating.drift import DriftReport
+from echo_server.engine.cost_feedback import CostSnapshot
 from echo_server.node.items import RequestSummary
 from echo_server.node.lease import ReceivedLease
 from echo_server.node.stats import NodeSnapshot, StepSample
@@ -97,6 +98,42 @@ class NodeMetrics:
         self.gate_version = Gauge(
             "echo_node_gate_policy", "1 for the gate policy version in use", ["version"], registry=r
         )
+        self.cost_live = Gauge(
+            "echo_node_verify_cost_live_seconds",
+            "Windowed median of live verify passes over this many rows (ready buckets)",
+            ["rows"],
+            registry=r,
+        )
+        self.cost_profile = Gauge(
+            "echo_node_verify_cost_profile_seconds",
+            "The start-up profile's verify seconds at this many rows",
+            ["rows"],
+            registry=r,
+        )
+        self.cost_curve = Gauge(
+            "echo_node_verify_cost_curve_seconds",
+            "The verify curve in use (profile, or corrected from live steps) at this many rows",
+            ["rows"],
+            registry=r,
+        )
+        self.cost_samples = Gauge(
+            "echo_node_verify_cost_samples",
+            "Live verify samples in this row count's window",
+            ["rows"],
+            registry=r,
+        )
+        self.cost_source = Gauge(
+            "echo_node_verify_profile_source",
+            "1 for how the start-up profile was obtained (cached, fresh, unsettled, none)",
+            ["source"],
+            registry=r,
+        )
+        self.cost_swaps = Gauge(
+            "echo_node_verify_cost_corrections",
+            "Corrected verify curves put in use since start",
+            registry=r,
+        )
+        self._cost_seen: CostSnapshot | None = None
 
     def on_step(self, step: StepSample) -> None:
         self.steps.inc()
@@ -105,6 +142,22 @@ class NodeMetrics:
         self.accepted.inc(step.acceptance.accepted)
         if step.decode_passes:
             self.verified_per_step.observe(step.acceptance.verified / step.decode_passes)
+        if step.cost is not None and step.cost is not self._cost_seen:
+            self.on_cost(step.cost)
+
+    def on_cost(self, cost: CostSnapshot) -> None:
+        """The verify-cost model (engine/cost_feedback.py), per row count."""
+        self._cost_seen = cost
+        sync_labels(self.cost_source, {cost.source: 1})
+        self.cost_swaps.set(cost.swaps)
+        for gauge, field in (
+            (self.cost_live, "live_s"),
+            (self.cost_profile, "profile_s"),
+            (self.cost_curve, "curve_s"),
+        ):
+            values = {str(b.rows): getattr(b, field) for b in cost.buckets}
+            sync_labels(gauge, {k: v for k, v in values.items() if v is not None})
+        sync_labels(self.cost_samples, {str(b.rows): b.samples for b in cost.buckets})
 
     def on_finish(self, summary: RequestSummary) -> None:
         self.requests.labels(summary.finish_reason.value).inc()

@@ -6,6 +6,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from echo_core.stats import AcceptanceTotals
+from echo_server.engine.cost_feedback import CostSnapshot
 from echo_server.engine.report import StepReport
 
 
@@ -17,10 +18,11 @@ class StepSample:
     emitted: int  # tokens emitted (prefill first tokens included)
     decode_passes: int  # verify passes (0: a prefill-only step)
     acceptance: AcceptanceTotals  # request-steps, verified, accepted
+    cost: CostSnapshot | None = None  # the verify-cost model after the step
 
     @classmethod
     def of(cls, report: StepReport, seconds: float) -> StepSample:
-        return cls(seconds, report.emitted, len(report.passes), report.acceptance)
+        return cls(seconds, report.emitted, len(report.passes), report.acceptance, report.cost)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,139 @@
+"""The engine's verify-cost model corrected from its own steps: a :class:`StepReport` consumer.
+
+Every decode pass on the CPU reports the target's forward + logits seconds
+(``VerifiedStep.forward_s``, the quantity the start-up profile times) over ``T = B + N`` rows
+(B roots, N draft rows). :class:`CostFeedback` feeds each ``(T, seconds)`` to an
+:class:`~echo_scheduler.live_cost.LiveCost` over the engine's profile, and whenever its
+``refresh`` gives a corrected curve (a ready row count off the curve in use by more than 10%):
+
+- the elastic floor prices rows on it (``ElasticFloor.recalibrate``);
+- with ``--budget auto`` the budget's hinge is refitted to it, so K = K_max(B) follows the
+  corrected knee, capped at the K(1) the engine's KV admission reserved slack for
+  (``verify_slack = K(1) + max_batch``: a larger K could run a verify pass out of KV; raising
+  it would need re-reserving the slack of requests already admitted, not done).
+
+Each report leaves with a :class:`CostSnapshot` (``StepReport.cost``): the profile's source
+(``cached``, ``fresh``, ``unsettled``; ``none`` when the engine measured no profile: a fixed
+budget without the floor), per row count the live median next to the profile and the curve in
+use, and the swap count; ``/metrics`` shows it (grpc/metrics.py). The snapshot is rebuilt every
+``SNAPSHOT_EVERY`` samples and on every swap, and shared by the reports in between.
+
+Not done: device timing on CUDA. There ``forward_s`` is None (the forward is asynchronous and
+the engine makes no sync for it), and the verify phase's wall time is the kernel launches, not
+their cost, so no sample is taken and the curve stays the start-up profile scaled by the floor's
+``s``. CUDA events recorded around the forward and read one step later (when the acceptance's
+sync has completed them) would give the samples without a sync of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from echo_scheduler.budget import BudgetChain
+from echo_scheduler.cost import ProfileCost, VerifyCostModel
+from echo_scheduler.elastic import ElasticFloor
+from echo_scheduler.errors import CostModelError
+from echo_scheduler.live_cost import BucketEstimate, LiveCost
+from echo_server.engine.profile_store import CheckedProfile, peek
+
+if TYPE_CHECKING:
+    from echo_server.engine.engine import Engine
+    from echo_server.engine.report import StepReport
+
+SNAPSHOT_EVERY = 16
+"""Samples between two snapshots: the metrics need not change per step (a scrape is seconds
+apart), and a snapshot walks every tracked row count."""
+
+
+@dataclass(frozen=True, slots=True)
+class CostSnapshot:
+    """The verify-cost model as it stands (module docstring)."""
+
+    source: str  # cached | fresh | unsettled | none
+    buckets: tuple[BucketEstimate, ...]
+    samples: int  # (T, seconds) samples observed
+    swaps: int  # corrected curves put in use
+    k_ceiling: int | None  # the cap on a corrected K (None: fixed budget)
+
+
+class CostFeedback:
+    """Feeds live verify times to :class:`LiveCost` and corrected curves to the floor and K."""
+
+    def __init__(
+        self,
+        checked: CheckedProfile | None,
+        floor: ElasticFloor | None,
+        budget: BudgetChain,
+        k_ceiling: int | None,
+    ) -> None:
+        self.checked, self.floor, self.budget = checked, floor, budget
+        self.k_ceiling = k_ceiling
+        self.live = LiveCost(checked.profile if checked is not None else None)
+        self.snapshot = self._snapshot()
+
+    @classmethod
+    def attach(cls, engine: Engine) -> CostFeedback:
+        """For ``engine`` after its budget and floor are built: the profile they were built on
+        (engine/profile_store.py's, if one was obtained) and the K its admission allows."""
+        auto = engine.budget.local.cost is not None
+        checked = peek(engine.model) if auto or engine.elastic is not None else None
+        ceiling = engine.budget.local.budget(1) if auto else None
+        return cls(checked, engine.elastic, engine.budget, ceiling)
+
+    def observe(self, report: StepReport) -> StepReport:
+        """Take ``report``'s samples (:func:`samples_of`), and return the report with the
+        snapshot after them."""
+        self.take(samples_of(report))
+        return dataclasses.replace(report, cost=self.snapshot)
+
+    def take(self, samples: list[tuple[int, float]]) -> ProfileCost | None:
+        """Feed ``(rows, seconds)`` samples; apply and return a corrected curve if one is due."""
+        for rows, seconds in samples:
+            self.live.observe(rows, seconds)
+        if not samples:
+            return None
+        curve = self.live.refresh()
+        if curve is not None:
+            self.apply(curve)
+        if curve is not None or self.live.observed % SNAPSHOT_EVERY < len(samples):
+            self.snapshot = self._snapshot()
+        return curve
+
+    def apply(self, curve: ProfileCost) -> None:
+        """Price the floor's rows and refit the auto budget's hinge on ``curve``."""
+        if self.floor is not None:
+            self.floor.recalibrate(curve)
+        local = self.budget.local
+        if local.cost is not None and self.k_ceiling is not None:
+            try:
+                hinge = VerifyCostModel.fit(list(curve.tokens), list(curve.seconds))
+            except CostModelError:  # fewer than 3 points: keep the hinge
+                return
+            cap = (
+                self.k_ceiling
+                if local.max_budget is None
+                else min(local.max_budget, self.k_ceiling)
+            )
+            self.budget.local = dataclasses.replace(local, cost=hinge, max_budget=cap)
+
+    def _snapshot(self) -> CostSnapshot:
+        source = self.checked.source.value if self.checked is not None else "none"
+        return CostSnapshot(
+            source,
+            tuple(self.live.buckets()),
+            self.live.observed,
+            self.live.swaps,
+            self.k_ceiling,
+        )
+
+
+def samples_of(report: StepReport) -> list[tuple[int, float]]:
+    """``(T, forward seconds)`` of each timed decode pass of ``report``: T its roots plus its
+    draft rows; none for a pass without ``forward_s`` (not on the CPU: module docstring)."""
+    return [
+        (len(v.request_ids) + v.tree.num_nodes, v.forward_s)
+        for v in report.passes
+        if v.forward_s is not None
+    ]
