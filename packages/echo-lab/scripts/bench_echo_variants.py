@@ -19,8 +19,8 @@ Arms (every one the embedded default engine; only the named piece differs):
   - ``echo-dense``: every token count up to 24, then 28-128, one-row window: a CPU's verify
     cost is a staircase in rows (oneDNN's few-row GEMMs), and a one-row slope lands on its steps;
   - ``echo-stairs``: every count up to 8, then 10-128, and the slope averaged over at least 6
-    rows (``ElasticFloor(slope_rows=...)``), the pricing the engine adopted in session 23;
-  - ``echo-sparse``: the start-up points until session 23 (1, 4, 8, ..., 128) with a one-row
+    rows (``ElasticFloor(slope_rows=...)``), the pricing the engine adopted on 2026-12-04;
+  - ``echo-sparse``: the start-up points until 2026-12-04 (1, 4, 8, ..., 128) with a one-row
     window: ECHO's pricing before the staircase default.
 - ``echo-pending``: the shipped ECHO whose EAGLE head queues up to ``LONG_PENDING`` committed
   rows per request before running them undrafted (``EagleDrafter.max_pending``; the default,
@@ -35,7 +35,7 @@ Arms (every one the embedded default engine; only the named piece differs):
   the head at most that many rows, and its context starts there.
 - ``plain-gather`` / ``echo-gather``: plain decoding / the shipped ECHO on a copy of the model
   (same weights) whose attention gathers every request's context from the KV pool in every layer
-  (``TorchAttention()`` without lane mirrors, as before session 25: model/kv_mirror.py);
+  (``TorchAttention()`` without lane mirrors, as before 2026-12-05: model/kv_mirror.py);
   ``plain-mirror0`` / ``echo-mirror0``: the same with every group read from the lane mirrors
   (``min_context = 0``; the default mirrors from 1,024 tokens).
 - ``POLICY@K`` (any arm above, or ``chain``, ``static``, ``eagle2``, ``global-topk``): that arm
@@ -106,7 +106,7 @@ PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-dense": ((*range(1, 25), 28, 32, 40, 48, 64, 96, 128), 7, 1.0),
     # the staircase's step width on the EPYC (bench_row_staircase.py) as the slope window
     "echo-stairs": ((*range(1, 9), 10, 12, 16, 24, 32, 48, 64, 96, 128), 7, 6.0),
-    "echo-sparse": ((1, 4, 8, 16, 32, 64, 128), 9, 1.0),  # the start-up points until session 23
+    "echo-sparse": ((1, 4, 8, 16, 32, 64, 128), 9, 1.0),  # the start-up points until 2026-12-04
 }
 """Arm -> (profile token counts, interleaved rounds, the floor's ``slope_rows``)."""
 VARIANTS = (

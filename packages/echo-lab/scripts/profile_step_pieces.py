@@ -9,7 +9,7 @@ are each counted in full (``drafter.expand`` holds ``drafter._catch_up``, which 
 learned. The CPU attention's pieces are wrapped too (``attention.plan``, ``attention.sdpa``,
 ``attention.pool_gather+sdpa`` for groups read from the pool, ``mirror.next_layer`` (its growth) and
 ``mirror.copy`` for the lane mirrors); ``--gather`` runs the model's attention without mirrors
-(every layer gathers from the pool, as before session 25) and ``--min-context N`` reads groups
+(every layer gathers from the pool, as before 2026-12-05) and ``--min-context N`` reads groups
 from the mirrors from context N on (the default: ``kv_mirror.MIN_CONTEXT``). ``--prompts FILE``
 serves a JSONL of prompts instead of ``--workload``. A profile, not a speed ratio: one engine, no
 interleaving.

@@ -42,8 +42,8 @@ averages in the nearly free rows below the knee and so undercharges the next one
 than one row per step was verified lately the secant runs over ``max(1, B)`` rows instead.
 ``h_0`` (``slope_rows``, 1 by default) widens the slope's window: on a CPU a verify pass's cost
 is a staircase in rows (flat for 4-6 rows, then +20% for the seventh on the AMD EPYC VM:
-echo-server's scripts/bench_row_staircase.py), and a one-row slope there is either 0 or a whole
-step; averaged over a step's width it is the step's cost per row.
+a one-off script, bench_row_staircase.py at 87d8d57), and a one-row slope there is either 0 or a
+whole step; averaged over a step's width it is the step's cost per row.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class ElasticFloor:
         ``s_row`` 1.9-2.4). At concurrency 32 the other way round: the engine's verify pass
         costs 2.1-2.4 ms per draft row (about 1.1x the profile's slope) while ``s`` is about
         1.6, so the one-sided scale prices a row about 1.45x its cost (AMD EPYC VM,
-        docs/BENCHMARKS.md, session 19); ``row_floor < 1`` lets the fit go below ``s``."""
+        docs/lab/2026-12-04.md); ``row_floor < 1`` lets the fit go below ``s``."""
         s, m = self.verify_scale, self._verify_moments
         if m is None:
             return s

@@ -33,7 +33,8 @@ ROUND_TOLERANCE = 0.10
 tolerance of scripts/measure_cpu_cost.py (``--max-drift 1.10``), the bound under which this
 project already treats two timings of one pass as the same cost; on a quiet machine a point's
 rounds agree within a few percent (the EPYC's 1-6 row passes are within 6% of one another:
-scripts/bench_row_staircase.py), so a profile beyond it was timed while something else ran."""
+a one-off script, bench_row_staircase.py at 87d8d57), so a profile beyond it was timed while
+something else ran."""
 
 ENVELOPE_TOLERANCE = ROUND_TOLERANCE
 """Largest lift of a point by the running maximum (check 2). Two points of equal cost whose

@@ -14,7 +14,8 @@ depth's nodes by mask. (The CPU reference of echo-kernels' tree attention, used 
 ``KernelsAttention`` off CUDA, still loops per request: about 7 syncs each. On CUDA that path is
 the Triton kernel.)
 
-Session 25: the default CPU attention's lane mirrors (echo_server.model.kv_mirror) sync twice per
+Since 2026-12-05 (``96e0c7c``) the default CPU attention's lane mirrors
+(echo_server.model.kv_mirror) sync twice per
 mirrored forward (the lanes to the host, one ``nonzero`` for the columns to copy), whatever the
 batch; they start at contexts of 1,024 tokens, so these short steps never use them (mirrored from
 the first token, the first observed step at B = 16, which also prefills, went from 70 to 74).

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 
 DEFAULT_PREFILL_CHUNK = 256
 """Prompt rows per step by default. Measured on the dev CPU (AMD EPYC, one thread, SmolLM2-135M,
-scripts/bench_chunked_prefill.py): a prompt row costs about 7.5 ms to prefill, so a 256-row chunk
-adds at most about 2 s to a step, against 12 s for a whole 1,600-token prompt, and the long
+a one-off script, bench_chunked_prefill.py at 87d8d57): a prompt row costs about 7.5 ms to prefill,
+so a 256-row chunk adds at most about 2 s to a step, against 12 s for a whole 1,600-token prompt,
+and the long
 request's own time to first token was no worse than prefilling it whole (64-row chunks halve the
 stall again but cost that request about 60% more time to first token)."""
 

@@ -33,8 +33,9 @@ this adds no new kind of rounding difference between a decode step and a verify 
 
 Padding few rows. A packed call's cost is not monotone in its rows: on the AMD EPYC VM (one
 thread, SmolLM2-135M, every layer's projection swept per row count so its weight streams from
-memory as in a forward; scripts/bench_row_staircase.py, 2026-12-04) the whole model's
-projections cost 37.6 / 45.8 / 32.2 / 30.3 / 29.9 / 29.5 / 37.4 / 39.6 ms for 1-8 rows: oneDNN
+memory as in a forward; a one-off script, bench_row_staircase.py at 87d8d57, 2026-12-04) the whole
+model's projections cost 37.6 / 45.8 / 32.2 / 30.3 / 29.9 / 29.5 / 37.4 / 39.6 ms for 1-8 rows:
+oneDNN
 streams the weight most efficiently for 4-6 rows, and 1 / 2 / 3 rows cost 24 / 51 / 6% more
 than 4. So a call of m rows may run as ``pad_to[m - 1] > m``
 rows, zero rows appended and their outputs dropped: a one-row decode step then costs what four

@@ -15,14 +15,15 @@ Per layer (:meth:`TorchAttention.attend`) K/V are gathered into ``[B, Hkv, C, D]
 head times the ``W`` rows (``[B, Hkv, G W, D]``): the same products as repeating K/V per query
 head, without the copies (on the dev CPU at batch 8 this took the forward's attention from
 about 82 to about 61 ms per decode step of plain decoding, its verify phase from 261 to 233 ms:
-scripts/profile_attention.py).
+a one-off script, profile_attention.py at 87d8d57).
 
 A verify pass where a few requests carry draft trees and the rest only their root pads every
 request to the widest tree. :func:`split_roots` then plans the one-row requests and the tree
 requests as two dense layouts (:class:`GroupedPlan`: one K/V gather and one SDPA per group and
 layer), when that more than halves the padded query rows. Measured on the dev CPU (AMD EPYC, one
 thread, batch 8, SmolLM2's 30 layers of 9/3 heads x 64, contexts 150-450, 15 interleaved rounds;
-scripts/bench_grouped_attention.py, output in docs/bench/2026-12-02/grouped-attention): with one
+a one-off script, bench_grouped_attention.py at 87d8d57, output in
+docs/bench/2026-12-02/grouped-attention): with one
 request verifying 5 rows the split ran the forward's attention 1.20x faster than dense (95% CI
 1.18-1.22). Grouping more finely does not pay: in a first run, rows [1, 1, 2, 2, 3, 3, 5, 6] went
 0.96x with the split and 0.90x with one group per row count, and [1, 1, 1, 1, 1, 1, 3, 3] 0.98x
