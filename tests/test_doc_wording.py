@@ -1,7 +1,8 @@
 """The docs speak in dates, not work periods: no "session N" wording in the project's markdown.
 
 "Session 14" means nothing to a reader; a date (and a commit) does. Covers README.md,
-docs/**/*.md and packages/*/README.md, including a number on the next line.
+docs/**/*.md, packages/*/README.md and the packages' source (docstrings and comments),
+including a number on the next line.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ def markdown_files() -> list[Path]:
     files = [ROOT / "README.md"]
     files += sorted((ROOT / "docs").rglob("*.md"))
     files += sorted(ROOT.glob("packages/*/README.md"))
+    files += sorted(ROOT.glob("packages/*/src/**/*.py"))
     return [f for f in files if f.is_file()]
 
 
