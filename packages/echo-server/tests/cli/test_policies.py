@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from echo_scheduler.policies import policy_names, policy_spec
-from echo_server.cli import build_parser, main
+from echo_server.cli import build_parser, policies
 from echo_server.cli.options import POLICY_CHOICES, policy_name
 
 
@@ -19,7 +21,8 @@ def test_policy_choices_are_the_engine_offered_registered_policies() -> None:
 def test_echo_sd_policies_lists_each_choice_with_its_summary(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["policies"]) == 0
+    # policies.run, not cli.main: main configures logging onto capsys's soon-closed stderr
+    assert policies.run(argparse.Namespace()) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == list(POLICY_CHOICES)
     for line, choice in zip(lines, POLICY_CHOICES, strict=True):

@@ -58,9 +58,10 @@ last depth (``_carry``); the plan and ``select`` decide from those. Every parent
 so it is in the band: band and eligibility are ancestor-closed and the (tier, key) order lists
 ancestors first, so the selection is each request's first ``cap_b`` eligible nodes in that
 order, then the first K of those (:func:`~echo_scheduler.ranking.first_in_order`), with no
-tree-aware pass. A hypothesis test pins this to the full ranking (tier order +
-:func:`~echo_scheduler.ranking.budgeted_select`) bit for bit. What the ranking costs on a GPU:
-docs/BENCHMARKS.md, 2026-12-04.
+tree-aware pass (a depth after which drafting stops leaves its band to ``select``, which ranks
+the pool whole only when the budget or a cap binds). A hypothesis test pins this to the full
+ranking (tier order + :func:`~echo_scheduler.ranking.budgeted_select`) bit for bit. What the
+ranking costs on a GPU: docs/BENCHMARKS.md, 2026-12-04.
 """
 
 from __future__ import annotations
@@ -238,10 +239,10 @@ class EchoPolicy(BasePolicy):
     def _next_plan(self, pool: TreeBatch) -> DraftPlan:
         d, caps, budget = self.depth, self.batch.max_nodes, self.batch.budget
         self.truncated_at = apply_gate(self._step_gate, pool, d, self.truncated_at)
-        key, band, last, req = self._extend_band(pool, d)
         active = self.truncated_at > d
         if self._shallow or d >= self.config.max_depth or not bool(active.any()):
-            return DraftPlan.finished(pool.device)
+            return DraftPlan.finished(pool.device)  # select ranks this last pool itself
+        key, band, last, req = self._extend_band(pool, d)
         # the depth tier under the budget and the caps: the band when it fits (the weakest
         # selected key is then the floor), else its K best nodes, at most cap_b of request b
         held = self._band_held
@@ -285,17 +286,17 @@ class EchoPolicy(BasePolicy):
         depth-d nodes; older nodes keep their membership (module docstring: cost). Without a
         carry from depth d - 1 the older nodes are ranked from scratch."""
         key = self._grown_base(pool, d)
-        every = pool.request_index()
-        older = pool.depth < d
         carry = self._carry
-        if carry is None:
-            band = self._band(pool, key, older & self._eligible(pool.depth, every, key))
+        band = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
+        if d > 1 and carry is None:  # rank the older depths from scratch
+            every = pool.request_index()
+            older = (pool.depth < d) & self._eligible(pool.depth, every, key)
+            band = self._band(pool, key, older)
             self._band_held = torch.bincount(every[band], minlength=pool.batch_size)
-        else:
-            band = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
-            band[older] = carry[2]
+        elif d > 1 and carry is not None:
+            band[pool.depth < d] = carry[2]
         last = (pool.depth == d).nonzero().squeeze(1)  # ascending: the full ranking's order
-        req = every.index_select(0, last)
+        req = torch.searchsorted(pool.cu_nodes, last, right=True) - 1
         own = key.index_select(0, last)
         score = pool.path_logprob.index_select(0, last).to(torch.float32).exp()  # path_score
         eligible = self._eligible(d, req, own)
@@ -386,7 +387,7 @@ class EchoPolicy(BasePolicy):
         carry = self._carry
         if carry is not None and carry[0] is pool:
             key, band = carry[1], carry[2]
-        else:  # a pool this step did not draft (none, or one handed in)
+        else:  # a depth that stopped drafting (its band was not extended), or no pool drafted
             key, band = self.key(pool), None
         keep = self._select_in_tiers(pool, key, band)
         price = self.batch.row_price
@@ -403,8 +404,9 @@ class EchoPolicy(BasePolicy):
         depth), the (tier, key) order is ancestors-first: a band node's ancestors are band nodes
         with keys at least its own, and every other eligible node's parent was expanded, so is
         in the band. The selection is then the first ``K`` eligible nodes in that order, at most
-        ``cap_b`` of request b (its first in that order). Without the band (a pool this step did
-        not draft) the whole pool is ranked and :func:`budgeted_select` keeps parents first.
+        ``cap_b`` of request b (its first in that order). Without the band (the last depth stopped
+        drafting before extending it) the whole pool is ranked and :func:`budgeted_select` keeps
+        parents first, the band's cost paid only when the budget or a cap binds.
         """
         req = pool.request_index()
         eligible = self._eligible(pool.depth, req, key)
