@@ -15,7 +15,7 @@ from __future__ import annotations
 from echo_scheduler.budget import BudgetChain, LocalBudget
 from echo_scheduler.cost import VerifyCostModel
 from echo_scheduler.elastic import ElasticFloor
-from echo_server.engine.profile_store import checked_profile
+from echo_server.engine import profile_store
 from echo_server.model.llama import LlamaModel
 
 __all__ = ["FLOOR_SLOPE_ROWS", "engine_budget"]
@@ -34,7 +34,8 @@ def engine_budget(budget: int | str, elastic: bool, model: LlamaModel) -> Budget
     """The chain for ``budget`` (an int K, or ``"auto"``: K_max of the verify profile) and, with
     ``elastic``, the elastic floor over that profile (checked, and cached only when consistent:
     :mod:`echo_server.engine.profile_store`)."""
-    profile = checked_profile(model).profile if elastic or not isinstance(budget, int) else None
+    needs_profile = elastic or not isinstance(budget, int)
+    profile = profile_store.checked_profile(model).profile if needs_profile else None
     if isinstance(budget, int):
         local = LocalBudget(fixed=budget)
     else:
