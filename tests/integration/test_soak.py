@@ -123,9 +123,14 @@ KINDS = ["generate"] * 4 + ["stream"] * 3 + ["cancel"] * 2 + ["bad_field", "bad_
 def _load(
     channels: list[grpc.Channel], until: Callable[[], bool], seed: int, outcomes: list[Outcome]
 ) -> None:
+    """Requests until ``until()``: first one of every kind (shuffled), so the soak covers each
+    kind however slowly the machine serves, then kinds drawn with ``KINDS``' weights."""
     rng = random.Random(seed)
+    first = sorted(set(KINDS))
+    rng.shuffle(first)
     while not until():
-        outcomes.append(_one(rng.choice(channels), rng.choice(KINDS)))
+        kind = first.pop() if first else rng.choice(KINDS)
+        outcomes.append(_one(rng.choice(channels), kind))
 
 
 def _wait_idle(stubs: list[Any], deadline: float) -> None:
