@@ -11,6 +11,7 @@ import pytest
 from echo_scheduler.live_cost import BucketEstimate
 from echo_server.cli import BUILTIN, build_parser, profile
 from echo_server.engine.cost_feedback import CostSnapshot
+from echo_server.engine.profile import DEFAULT_CACHE
 from echo_server.engine.profile_store import FORMAT
 from echo_server.node.metrics import NodeMetrics
 
@@ -77,3 +78,24 @@ def test_metrics_show_the_cost_model_per_row_count() -> None:
     metrics.on_cost(CostSnapshot("cached", (), 0, 0, None))
     assert r.get_sample_value("echo_node_verify_profile_source", {"source": "unsettled"}) is None
     assert r.get_sample_value("echo_node_verify_cost_samples", {"rows": "2"}) is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        ([], DEFAULT_CACHE),
+        (["--profile-cache", "off"], None),
+        (["--profile-cache", "~/profiles"], Path.home() / "profiles"),
+    ],
+)
+def test_the_profile_cache_option_names_a_directory_or_off(
+    argv: list[str], expected: Path | None
+) -> None:
+    args = build_parser(BUILTIN).parse_args(["generate", "x", *argv])
+    assert args.profile_cache == expected
+
+
+def test_an_empty_profile_cache_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser(BUILTIN).parse_args(["generate", "x", "--profile-cache", ""])
+    assert "--profile-cache" in capsys.readouterr().err

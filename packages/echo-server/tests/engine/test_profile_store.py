@@ -282,3 +282,29 @@ def test_the_engine_corrects_a_wrong_start_up_profile_from_its_own_steps(
     ceiling = engine.cost_feedback.k_ceiling
     assert ceiling is not None
     assert engine.budget.k(1) <= ceiling  # never past the KV slack admission reserved
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_the_engine_caches_its_profile_where_its_config_says_or_nowhere(
+    tiny_llama: Any,
+    smollm: LoadedModel,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    cached: bool,
+) -> None:
+    monkeypatch.setattr(profile_store, "model_timer", lambda *_: FakeClock())
+    profile_store.forget()
+    cache_dir = tmp_path / "profiles" if cached else None
+    engine = Engine(
+        tiny_llama,
+        smollm.tokenizer,
+        make_policy("echo"),
+        NgramDrafter(),
+        EngineConfig(budget="auto", max_batch=1, elastic=True, profile_cache=cache_dir),
+    )
+    profile_store.forget()
+    assert engine.cost_feedback.checked is not None
+    assert engine.cost_feedback.checked.source is ProfileSource.FRESH
+    files = sorted((tmp_path / "profiles").glob("*.json")) if cached else []
+    assert files == ([profile_store.cache_path(tiny_llama, cache_dir)] if cached else [])
+    assert not (tmp_path / "profiles").exists() or cached

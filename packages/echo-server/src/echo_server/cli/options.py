@@ -20,6 +20,7 @@ from echo_server.drafting.eagle_drafter import eagle_drafter_for
 from echo_server.drafting.mixture import MixtureDrafter
 from echo_server.engine import Engine, EngineConfig
 from echo_server.engine.chunking import DEFAULT_PREFILL_CHUNK
+from echo_server.engine.profile import DEFAULT_CACHE
 from echo_server.model.kernels_attention import KernelsAttention
 from echo_server.model.loader import LoadedModel, load_model
 
@@ -74,6 +75,14 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--head", type=Path, default=None, help="EAGLE draft head (.safetensors)")
     g.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    g.add_argument(
+        "--profile-cache",
+        type=profile_cache_arg,
+        default=DEFAULT_CACHE,
+        metavar="DIR|off",
+        help=f"where the checked verify profile is cached (default {DEFAULT_CACHE}); "
+        "off: measure it at every start, cache nothing",
+    )
     g.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
     g.add_argument(
         "--attention",
@@ -111,6 +120,13 @@ def budget_arg(text: str) -> int | Literal["auto"]:
 
 def prefill_chunk_arg(text: str) -> int | None:
     return _int_or_word(text, 1, "off")
+
+
+def profile_cache_arg(text: str) -> Path | None:
+    """``--profile-cache``: a directory, or ``off`` (None: no cache)."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a directory or 'off', got ''")
+    return None if text == "off" else Path(text).expanduser()
 
 
 def policy_name(cli_name: str) -> str:
@@ -198,6 +214,7 @@ def build_engine(loaded: LoadedModel, cli_policy: str, args: argparse.Namespace)
         kv_slots=args.kv_slots,
         elastic=elastic_for(cli_policy, args),
         prefill_chunk=getattr(args, "prefill_chunk", DEFAULT_PREFILL_CHUNK),
+        profile_cache=getattr(args, "profile_cache", DEFAULT_CACHE),
     )
     return Engine(
         loaded.model,

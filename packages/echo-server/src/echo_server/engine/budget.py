@@ -12,10 +12,13 @@ checks, cache) is :mod:`echo_server.engine.profile`'s and :mod:`echo_server.engi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from echo_scheduler.budget import BudgetChain, LocalBudget
 from echo_scheduler.cost import VerifyCostModel
 from echo_scheduler.elastic import ElasticFloor
 from echo_server.engine import profile_store
+from echo_server.engine.profile import DEFAULT_CACHE
 from echo_server.model.llama import LlamaModel
 
 __all__ = ["FLOOR_SLOPE_ROWS", "engine_budget"]
@@ -30,12 +33,15 @@ profile is flat below its knee, so the window changes nothing there but the few 
 the knee."""
 
 
-def engine_budget(budget: int | str, elastic: bool, model: LlamaModel) -> BudgetChain:
+def engine_budget(
+    budget: int | str, elastic: bool, model: LlamaModel, cache_dir: Path | None = DEFAULT_CACHE
+) -> BudgetChain:
     """The chain for ``budget`` (an int K, or ``"auto"``: K_max of the verify profile) and, with
-    ``elastic``, the elastic floor over that profile (checked, and cached only when consistent:
-    :mod:`echo_server.engine.profile_store`)."""
+    ``elastic``, the elastic floor over that profile (checked, and cached in ``cache_dir`` only
+    when consistent: :mod:`echo_server.engine.profile_store`)."""
     needs_profile = elastic or not isinstance(budget, int)
-    profile = profile_store.checked_profile(model).profile if needs_profile else None
+    checked = profile_store.checked_profile(model, cache_dir) if needs_profile else None
+    profile = checked.profile if checked is not None else None
     if isinstance(budget, int):
         local = LocalBudget(fixed=budget)
     else:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from echo_scheduler.driver import MAX_DRAFT_DEPTH
 from echo_server.engine.chunking import DEFAULT_PREFILL_CHUNK
+from echo_server.engine.profile import DEFAULT_CACHE
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +18,8 @@ class EngineConfig:
     (engine/budget.py, engine/profile.py).
     ``prefill_chunk`` is the most prompt rows prefilled per step over all requests (chunked
     prefill, engine/chunking.py), or None: every admitted prompt whole, in the step admitting it.
+    ``profile_cache`` is the directory the checked verify profile is cached in
+    (engine/profile_store.py), or None: measure it at every start and never cache it.
     """
 
     budget: int | Literal["auto"] = 16
@@ -26,6 +30,7 @@ class EngineConfig:
     elastic: bool = False  # per-step cost floor (echo_scheduler.elastic), from the verify profile
     prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK  # prompt rows per step; None: no limit
     policy_on_host: bool = True  # the policy ranks CPU copies of the pool (see the engine)
+    profile_cache: Path | None = DEFAULT_CACHE  # verify-profile cache directory; None: no cache
 
     def __post_init__(self) -> None:
         if self.budget != "auto" and (not isinstance(self.budget, int) or self.budget < 0):

@@ -78,7 +78,8 @@ class CostFeedback:
         """For ``engine`` after its budget and floor are built: the profile they were built on
         (engine/profile_store.py's, if one was obtained) and the K its admission allows."""
         auto = engine.budget.local.cost is not None
-        checked = peek(engine.model) if auto or engine.elastic is not None else None
+        priced = auto or engine.elastic is not None
+        checked = peek(engine.model, engine.config.profile_cache) if priced else None
         ceiling = engine.budget.local.budget(1) if auto else None
         return cls(checked, engine.elastic, engine.budget, ceiling)
 

@@ -82,7 +82,7 @@ class Engine:
         # per step (22-90 syncs), on one host thread 0.6-2.8 ms (docs/lab/2026-12-04.md)
         self.policy_device = torch.device("cpu") if cfg.policy_on_host else device
         self.kv = KVPool(mc, cfg.kv_slots, cfg.max_batch, cfg.max_context, dtype, device)
-        self.budget = engine_budget(cfg.budget, cfg.elastic, model)
+        self.budget = engine_budget(cfg.budget, cfg.elastic, model, cfg.profile_cache)
         slack = self.budget.local_k(1) + cfg.max_batch  # K + one root per request
         vocab = model.config.vocab_size
         self.admission = Admission(self.kv, tokenizer, vocab, cfg.max_batch, slack)
