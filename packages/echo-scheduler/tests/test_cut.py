@@ -58,3 +58,23 @@ def test_row_price_rejects_nonsense() -> None:
             RowPrice(rate, cost, scale)
     with pytest.raises(ValueError, match="row price"):
         RowPrice(1.0, cost, 0.0)
+
+
+def test_min_rows_keeps_the_best_rows_whatever_their_price() -> None:
+    dear = ProfileCost((1.0, 2.0, 3.0, 4.0, 5.0), (0.010, 0.020, 0.030, 0.040, 0.050))
+    key = torch.tensor([0.9, 0.5, 0.4, 0.05])
+    keep = torch.ones(4, dtype=torch.bool)
+    price = RowPrice(100.0, dear)  # a row costs 10 ms = 1 token at 100 tokens/s: none pays
+    assert exact_cut(key, keep, 1, price).tolist() == [False] * 4
+    assert exact_cut(key, keep, 1, price, min_rows=1).tolist() == [True, False, False, False]
+    assert exact_cut(key, keep, 1, price, min_rows=3).tolist() == [True, True, True, False]
+    assert exact_cut(key, keep, 1, price, min_rows=9).tolist() == [True] * 4  # all there are
+    cheap = RowPrice(1.0, dear)  # above min_rows the cut is still the best one
+    assert exact_cut(key, keep, 1, cheap, min_rows=1).tolist() == [True] * 4
+
+
+def test_min_rows_never_splits_equal_keys() -> None:
+    dear = ProfileCost((1.0, 2.0, 3.0, 4.0), (0.010, 0.020, 0.030, 0.040))
+    key = torch.tensor([0.6, 0.6, 0.2])  # a parent and its child share a key
+    got = exact_cut(key, torch.ones(3, dtype=torch.bool), 1, RowPrice(100.0, dear), min_rows=1)
+    assert got.tolist() == [True, True, False]

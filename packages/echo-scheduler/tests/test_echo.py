@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,10 +16,12 @@ from echo_gating.policy import GateMode, GatePolicy
 from echo_gating.signals import layer_confidence
 from echo_gating.testing import stepped_gate
 from echo_scheduler.config import PolicyConfig
+from echo_scheduler.cost import ProfileCost
 from echo_scheduler.cut import exact_cut
 from echo_scheduler.driver import DrivenStep, drive_step
+from echo_scheduler.errors import PolicyError
 from echo_scheduler.gating import apply_gate
-from echo_scheduler.interface import DraftPlan, StepBatch, StepOutcome
+from echo_scheduler.interface import DraftPlan, RowPrice, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths
 from echo_scheduler.policies.echo import DEPTH, REINVEST, WIDTH, EchoPolicy
 from echo_scheduler.policies.frontier import expand_all
@@ -295,3 +298,37 @@ def test_the_band_shortcuts_decide_as_the_full_ranking_does(
             assert torch.equal(a.pool.token, b.pool.token)
             assert torch.equal(a.pool.cu_nodes, b.pool.cu_nodes)
             assert torch.equal(a.keep, b.keep)
+
+
+def test_an_exploring_step_drafts_depth_one_and_keeps_its_best_rows_whatever_their_price() -> None:
+    # rows priced far above any acceptance: the pre-check skips drafting, the cut keeps nothing
+    dear = ProfileCost((1.0, 4.0, 16.0, 64.0), (0.01, 0.04, 0.16, 0.64))
+    policy = EchoPolicy(PolicyConfig(max_depth=4, max_width=3), stepped_gate())
+    step = _step(3, 2)
+
+    def run(explore: int) -> DrivenStep:
+        batch = StepBatch(
+            step.batch_size,
+            100,
+            step.max_nodes,
+            min_utility=0.99,
+            row_price=RowPrice(1000.0, dear),
+            explore_rows=explore,
+        )
+        return drive_step(policy, SimSource(step), batch, strict=True)
+
+    plain = run(0)
+    assert plain.pool.num_nodes == 0
+    assert policy.step_modes["floor"] == 1
+    explored = run(2)
+    assert explored.depths == 1
+    assert policy.step_modes["explore"] == 1
+    assert int(explored.keep.sum()) == 2
+    key = policy.key(explored.pool)
+    assert float(key[explored.keep].min()) >= float(key[~explored.keep].max())  # the best two
+    assert bool((explored.pool.depth[explored.keep] == 1).all())
+
+
+def test_explore_rows_must_be_a_count() -> None:
+    with pytest.raises(PolicyError, match="explore_rows"):
+        StepBatch(2, 4, torch.zeros(2, dtype=torch.int64), explore_rows=-1)

@@ -44,6 +44,12 @@ than one row per step was verified lately the secant runs over ``max(1, B)`` row
 is a staircase in rows (flat for 4-6 rows, then +20% for the seventh on the AMD EPYC VM:
 a one-off script, bench_row_staircase.py at 87d8d57), and a one-row slope there is either 0 or a
 whole step; averaged over a step's width it is the step's cost per row.
+
+Exploration. A profile that prices rows too dear is never corrected by prices alone: no row
+pays, none is verified, and the live correction never sees one. ``explore_rows`` (set between
+steps by the engine's cost feedback, engine/cost_feedback.py; 0 by default) goes into the next
+:class:`StepBatch`, and ECHO then verifies that many of its best depth-1 rows whatever their
+price (:func:`echo_scheduler.cut.exact_cut`'s ``min_rows``).
 """
 
 from __future__ import annotations
@@ -98,6 +104,7 @@ class ElasticFloor:
         self.draft_s_per_depth = 0.0  # t_d
         self.verify_scale = 1.0  # s
         self.steps = 0
+        self.explore_rows = 0  # rows the next step verifies whatever their price (the engine's)
         self._draft_moments: list[float] | None = None  # EMA of c^2, ce, e^2, cs, es
         self._verify_moments: list[float] | None = None  # EMA of p^2, pq, q^2, pv, qv
 
@@ -269,6 +276,7 @@ def step_batch(
     b = int(max_nodes.numel())
     if floor is None:
         return StepBatch(b, budget, max_nodes, requests=requests)
+    explore = floor.explore_rows
     f = floor.floor(b)
     scale = floor.row_scale()
     price = RowPrice(f.throughput, floor.cost, scale) if f.throughput > 0 else None
@@ -281,4 +289,5 @@ def step_batch(
         row_price=price,
         node_price=f.node_price,
         requests=requests,
+        explore_rows=explore if price is not None else 0,
     )

@@ -78,8 +78,11 @@ class StepBatch:
     row_price: RowPrice | None = None  # the exact cut of the selection (None: no cut)
     node_price: float | None = None  # tokens one more expanded node must promise (None: free)
     requests: Tensor | None = None  # [B] int64 request serials (host), stable across steps
+    explore_rows: int = 0  # rows to verify whatever their price: the cost model's exploration
 
     def __post_init__(self) -> None:
+        if not isinstance(self.explore_rows, int) or self.explore_rows < 0:
+            raise PolicyError(f"explore_rows must be an int >= 0, got {self.explore_rows!r}")
         if self.batch_size < 0:
             raise PolicyError(f"batch_size must be >= 0, got {self.batch_size}")
         if not 0.0 <= self.min_utility < float("inf"):

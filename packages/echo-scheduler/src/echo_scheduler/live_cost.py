@@ -29,13 +29,16 @@ not used then, from the curve), so a profile the live steps confirm is never rep
 consumer (the floor, K) changes only on evidence.
 
 Exploration. If a wrong profile prices draft rows so dear that nothing is drafted, only
-``T = B`` is observed and the correction above is a scaling of the wrong shape. Three things
-still reach the draft rows: the floor's price is a price, not a ban (a node whose acceptance
-beats ``u_min`` is still verified, and every such step fills a draft-row bucket); ECHO's
-drafting ledger (echo_scheduler.ledger) drafts again every ``probe_min`` to ``probe_max``
-skipped steps, and the rows its probes verify are samples too; and the start-up profile itself
-must pass echo_scheduler.profile_check, on load as well as when measured, so the shape that
-stopped drafting on 2026-12-05 is not used at all.
+``T = B`` is observed and the correction above is a scaling of the wrong shape. The floor's
+price is a price, not a ban (a node whose acceptance beats ``u_min`` is still verified, and
+every such step fills a draft-row bucket), and ECHO's ledger probes drafting on a doubling clock
+(echo_scheduler.ledger), but neither verifies a row that the wrong price refuses: at c = 1 a
+profile pricing each row at half a pass kept ECHO at 0.80x of a clean start for 500 steps
+(packages/echo-lab/scripts/profile_recovery.py, 2026-12-05). So the engine explores: every few
+steps, while a row count just above the batch has no ready bucket, the next step verifies that
+many rows whatever their price (engine/cost_feedback.py, ``ElasticFloor.explore_rows``). The
+start-up profile must also pass echo_scheduler.profile_check, on load as well as when measured,
+so the shape that stopped drafting on 2026-12-05 is not used at all.
 """
 
 from __future__ import annotations

@@ -17,15 +17,22 @@ import torch
 from structlog.testing import capture_logs
 
 from echo_core.sampling import SamplingParams
+from echo_gating.testing import stepped_gate
 from echo_scheduler.budget import BudgetChain, LocalBudget
 from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.live_cost import MIN_SAMPLES, SWAP_TOLERANCE
 from echo_scheduler.policies import make_policy
+from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.profile_check import ProfileRounds, check_profile
 from echo_server.drafting import NgramDrafter
 from echo_server.engine import Engine, EngineConfig, GenerationRequest, cost_feedback, profile_store
-from echo_server.engine.cost_feedback import CostFeedback, samples_of
+from echo_server.engine.cost_feedback import (
+    EXPLORE_EVERY,
+    EXPLORE_SPAN,
+    CostFeedback,
+    samples_of,
+)
 from echo_server.engine.profile_store import (
     FORMAT,
     CheckedProfile,
@@ -212,6 +219,27 @@ def test_the_floor_and_k_follow_the_live_curve_once_enough_samples_exist() -> No
     assert live[7] == pytest.approx(curve_ms(7) / 1e3)
 
 
+def test_exploration_asks_for_each_untimed_row_count_above_the_batch_every_few_steps() -> None:
+    profile = bad_profile()
+    floor = ElasticFloor(profile)
+    checked = cast(CheckedProfile, SimpleNamespace(profile=profile, source=ProfileSource.CACHED))
+    feedback = CostFeedback(checked, floor, BudgetChain(LocalBudget(fixed=8), floor), None)
+    asked = []
+    for _ in range(3 * EXPLORE_EVERY):
+        asked.append(feedback.explore_rows([2]))
+    # every EXPLORE_EVERY-th decode step, the first of rows 3, 4, 5 with no ready bucket: 1 row
+    assert asked == ([0] * (EXPLORE_EVERY - 1) + [1]) * 3
+    assert feedback.explore_rows([]) == 0  # a step without a decode pass counts for nothing
+    for t in (3, 4):
+        for _ in range(MIN_SAMPLES):
+            feedback.take([(t, curve_ms(t) / 1e3)])
+    asked = [feedback.explore_rows([2]) for _ in range(EXPLORE_EVERY)]
+    assert asked == [0] * (EXPLORE_EVERY - 1) + [3]  # B + 1 and B + 2 timed: B + 3 next
+    for _ in range(MIN_SAMPLES):
+        feedback.take([(2 + EXPLORE_SPAN, curve_ms(2 + EXPLORE_SPAN) / 1e3)])
+    assert [feedback.explore_rows([2]) for _ in range(2 * EXPLORE_EVERY)] == [0] * 8  # all timed
+
+
 def test_samples_come_from_timed_passes_only() -> None:
     def verified(b: int, n: int, forward: float | None) -> object:
         tree = SimpleNamespace(num_nodes=n)
@@ -308,3 +336,37 @@ def test_the_engine_caches_its_profile_where_its_config_says_or_nowhere(
     files = sorted((tmp_path / "profiles").glob("*.json")) if cached else []
     assert files == ([profile_store.cache_path(tiny_llama, cache_dir)] if cached else [])
     assert not (tmp_path / "profiles").exists() or cached
+
+
+def test_exploration_corrects_a_profile_so_dear_that_no_row_ever_pays(
+    tiny_llama: Any, smollm: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 5 ms a draft row on top of a pass (the tiny model's passes take about 1 ms, its rows
+    # next to nothing): scaled to the one-row passes it still prices every row out
+    tokens = (1, 2, 3, 4, 8, 16)
+    seconds = tuple(1e-3 + 5e-3 * (t - 1) for t in tokens)
+    profile = ProfileCost(tuple(map(float, tokens)), seconds)
+    rounds = ProfileRounds(tokens, tuple((s,) for s in seconds), (1e-3, 1e-3))
+    planted = CheckedProfile(profile, ProfileSource.CACHED, rounds, check_profile(rounds), 0)
+    monkeypatch.setattr(profile_store, "checked_profile", lambda *_: planted)
+    monkeypatch.setattr(cost_feedback, "peek", lambda *_: planted)
+    policy = make_policy("echo", gate=stepped_gate())
+    engine = Engine(
+        tiny_llama,
+        smollm.tokenizer,
+        policy,
+        NgramDrafter(),
+        EngineConfig(budget=8, max_batch=1, kv_slots=4096, elastic=True),
+    )
+    steps = EXPLORE_EVERY * (MIN_SAMPLES + 6)  # the first few have no n-gram match to draft
+    params = SamplingParams(temperature=0.0, max_tokens=4 * steps, ignore_eos=True)
+    engine.submit(GenerationRequest("r", prompt_ids=tuple(range(10, 20)) * 3, params=params))
+    for _ in range(steps):
+        engine.step()
+    modes = cast(EchoPolicy, policy).step_modes
+    assert modes["explore"] >= MIN_SAMPLES
+    live = engine.cost_feedback.live.ready()
+    assert 2 in live  # one root and one draft row: timed
+    assert engine.cost_feedback.live.swaps >= 1
+    assert engine.elastic is not None
+    assert engine.elastic.cost.latency_at(2) < profile.latency_at(2) / 2  # the row's price fell

@@ -51,6 +51,12 @@ say drafting loses (:class:`~echo_scheduler.ledger.ModeChooser`). Replay on the 
 composed steps per cell (docs/BENCHMARKS.md, 2026-12-02): the depth-1 mode +4.0% on mtbench at
 B = 1 and +1.7% on summarize at B = 4, -0.7 / -0.8% at B = 16.
 
+Exploration. With ``batch.explore_rows = m > 0`` (and maps and prices) the engine's cost model
+asks for a row count it has not timed (echo_scheduler.elastic, engine/cost_feedback.py): the
+step is drafted at depth 1 whatever the pre-check and the chooser say (mode ``explore``, not
+recorded in a ledger, whose prices are the ones in doubt), no node is held back by ``u_min``,
+and the cut keeps at least the ``m`` best rows.
+
 Cost. Within a step nothing about an older node changes: its key, and whether it is in its
 request's band (eligibility of depths <= d is fixed once depth d is drafted). So each depth
 looks up keys for its new nodes only (``_grown_base``) and extends the band carried from the
@@ -92,10 +98,11 @@ from echo_scheduler.ranking import (
 DEPTH, WIDTH, REINVEST = 0, 1, 2
 """Selection tiers, taken in this order."""
 
-STEP_MODES = ("floor", "plain", "shallow", "full")
+STEP_MODES = ("floor", "plain", "shallow", "full", "explore")
 """How a priced step was decided (``EchoPolicy.step_modes`` counts them): ``floor``, the
 pre-check (with maps) found no depth-1 draft worth its row, so plain decoding; else the mode
-chooser's ``plain``, ``shallow`` (depth 1 only) or ``full``."""
+chooser's ``plain``, ``shallow`` (depth 1 only) or ``full``; ``explore``: the cost model's
+exploration (module docstring)."""
 
 
 class EchoPolicy(BasePolicy):
@@ -150,12 +157,16 @@ class EchoPolicy(BasePolicy):
         maps = self._step_gate.acceptance_maps
         is_priced = priced(batch)
         live = int((batch.max_nodes > 0).sum())
+        self._live = live
+        if maps is not None and is_priced and batch.explore_rows > 0 and width and live:
+            self._shallow, self._roots = True, 0  # depth 1, no ledger (module docstring)
+            self.step_modes["explore"] += 1
+            return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
         if maps is not None and is_priced:
             best = self._best_first(maps, batch.max_nodes.device)
             if not first_depth_pays(best, batch, live, self._depth_price()):
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
                 self.step_modes["floor"] += 1
-        self._live = live
         self._shallow = False
         if width and is_priced and self.modes is not None:
             mode = self.modes.choose(live, self._depth_price())
@@ -362,7 +373,7 @@ class EchoPolicy(BasePolicy):
         """Eligibility of nodes at ``depth`` of requests ``req`` with keys ``key``: ``d_i <= t_b``
         and, under a cost floor, ``u'_i >= u_min``. [n] bool."""
         eligible = self.truncated_at.index_select(0, req) >= depth
-        if self.batch.min_utility > 0:
+        if self.batch.min_utility > 0 and not self.batch.explore_rows:
             eligible &= key >= self.batch.min_utility
         return eligible
 
@@ -392,7 +403,7 @@ class EchoPolicy(BasePolicy):
         keep = self._select_in_tiers(pool, key, band)
         price = self.batch.row_price
         if price is not None and self._step_gate.acceptance_maps is not None:
-            keep = exact_cut(key, keep, pool.batch_size, price)  # keys are acceptances here
+            keep = exact_cut(key, keep, pool.batch_size, price, self.batch.explore_rows)
         return keep
 
     def _select_in_tiers(self, pool: TreeBatch, key: Tensor, band: Tensor | None) -> Tensor:

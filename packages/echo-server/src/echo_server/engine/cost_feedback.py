@@ -12,6 +12,15 @@ Every decode pass on the CPU reports the target's forward + logits seconds
   (``verify_slack = K(1) + max_batch``: a larger K could run a verify pass out of KV; raising
   it would need re-reserving the slack of requests already admitted, not done).
 
+Exploration. If the profile prices draft rows too dear, no row pays, none is verified, and only
+``T = B`` is ever timed: the correction then scales the wrong shape and never fixes it (the
+planted "dear" profile kept ECHO at 0.80-0.86x of a clean start at c = 1,
+packages/echo-lab/scripts/profile_recovery.py). So every ``EXPLORE_EVERY`` decode steps, while one
+of the row counts ``B + 1 .. B + EXPLORE_SPAN`` (B the last step's batch) has no ready bucket,
+the floor's ``explore_rows`` asks the next step to verify the first such count's rows whatever
+their price (ECHO drafts depth 1 and keeps its best rows: echo_scheduler.policies.echo); it is 0
+otherwise. A correct profile is confirmed by those samples and left alone.
+
 Each report leaves with a :class:`CostSnapshot` (``StepReport.cost``): the profile's source
 (``cached``, ``fresh``, ``unsettled``; ``none`` when the engine measured no profile: a fixed
 budget without the floor), per row count the live median next to the profile and the curve in
@@ -42,6 +51,17 @@ if TYPE_CHECKING:
     from echo_server.engine.engine import Engine
     from echo_server.engine.report import StepReport
 
+EXPLORE_EVERY = 4
+"""Steps between two explorations (below): at most a quarter of the steps while a row count is
+untimed, the ledger's shortest probe period (echo_scheduler.ledger ``probe_min``). A bucket needs
+``MIN_SAMPLES`` = 8 samples, so one row count is timed within 32 steps and the
+``EXPLORE_SPAN`` of them within 96, inside the 200 steps issue #47 allows a wrong profile."""
+
+EXPLORE_SPAN = 3
+"""Row counts above a step's B that exploration makes sure are timed: B + 1 to B + 3, the rows
+ECHO's depth-1 drafts add (once their price is known, deeper rows are priced, verified and
+timed as usual)."""
+
 SNAPSHOT_EVERY = 16
 """Samples between two snapshots: the metrics need not change per step (a scrape is seconds
 apart), and a snapshot walks every tracked row count."""
@@ -71,6 +91,7 @@ class CostFeedback:
         self.checked, self.floor, self.budget = checked, floor, budget
         self.k_ceiling = k_ceiling
         self.live = LiveCost(checked.profile if checked is not None else None)
+        self.decode_steps = 0
         self.snapshot = self._snapshot()
 
     @classmethod
@@ -87,7 +108,21 @@ class CostFeedback:
         """Take ``report``'s samples (:func:`samples_of`), and return the report with the
         snapshot after them."""
         self.take(samples_of(report))
+        if self.floor is not None:
+            self.floor.explore_rows = self.explore_rows([len(v.request_ids) for v in report.passes])
         return dataclasses.replace(report, cost=self.snapshot)
+
+    def explore_rows(self, batches: list[int]) -> int:
+        """Draft rows the next step verifies whatever their price (module docstring), after a
+        step whose decode passes had ``batches`` requests each."""
+        if not batches:
+            return 0
+        self.decode_steps += 1
+        if self.decode_steps % EXPLORE_EVERY:
+            return 0
+        ready = self.live.ready()
+        b = batches[-1]
+        return next((r for r in range(1, EXPLORE_SPAN + 1) if b + r not in ready), 0)
 
     def take(self, samples: list[tuple[int, float]]) -> ProfileCost | None:
         """Feed ``(rows, seconds)`` samples; apply and return a corrected curve if one is due."""
