@@ -181,3 +181,19 @@ def test_a_bucket_the_envelope_lifts_does_not_ask_for_a_new_curve_every_step() -
         live.observe(4, 0.036)
         assert live.refresh() is None
     assert live.swaps == 1
+
+
+def test_past_the_ready_buckets_the_profile_extra_cost_is_scaled_by_their_slope_ratio() -> None:
+    # rows 25x too dear in the profile: 1 + 0.5 (T - 1) against a true 1 + 0.02 (T - 1) ms
+    tokens = (1, 2, 3, 4, 8, 16)
+    dear = ProfileCost(tuple(map(float, tokens)), tuple((1 + 0.5 * (t - 1)) / 1e3 for t in tokens))
+    live = LiveCost(dear)
+    for _ in range(MIN_SAMPLES):
+        for t in (1, 2, 3, 4):
+            live.observe(t, (1 + 0.02 * (t - 1)) / 1e3)
+    curve = live.corrected()
+    assert curve is not None
+    for t in (8, 16):  # the true curve, not the dear shape scaled to row 4's level
+        assert curve.latency_at(t) == pytest.approx((1 + 0.02 * (t - 1)) / 1e3)
+    scaled = dear.latency_at(16) * (1.06 / 2.5)  # the dear shape at row 4's ratio (before)
+    assert curve.latency_at(16) < 0.5 * scaled

@@ -14,6 +14,10 @@ A bucket is *ready* with at least ``min_samples`` samples. The corrected curve `
 on the profile's points and the ready buckets' row counts together:
 
     c(T) = m_T                     T a ready bucket
+    c(T) = m_hi + sigma (p(T) - p(T_hi))
+                                   T above the largest ready bucket T_hi, when at least two are
+                                   ready and p(T_hi) > p(T_lo) (T_lo the smallest), with
+                                   sigma = max(0, (m_hi - m_lo) / (p(T_hi) - p(T_lo)))
     c(T) = p(T) rho(T)             otherwise,   rho(T) = m_T' / p(T') interpolated linearly in T
                                    between the nearest ready buckets T' below and above T
                                    (the nearest one's ratio past either end)
@@ -21,7 +25,11 @@ on the profile's points and the ready buckets' row counts together:
 then made non-decreasing (running maximum over T: more rows never cost less), interpolated
 piecewise linearly like the profile (:class:`~echo_scheduler.cost.ProfileCost`). With one ready
 bucket it is the profile scaled to it, what the elastic floor's global scale ``s`` does; each
-further ready bucket replaces the profile's shape around it with the measured one.
+further ready bucket replaces the profile's shape around it with the measured one. Past the
+largest ready bucket the profile's *extra* cost is scaled by the ratio of marginal costs the
+ready buckets show (``sigma``), not its level by the last bucket's ratio: a profile whose rows
+are five times too dear (planted, profile_recovery.py) measured right on 1-4 rows would
+otherwise still price every row past 4 at the wrong slope and keep ECHO's trees at 3 rows.
 
 :meth:`LiveCost.refresh` returns a new curve only when some ready bucket's estimate moved by
 more than ``swap_tolerance`` (relative) from what the curve in use was built on (or, for a bucket
@@ -183,11 +191,19 @@ class LiveCost:
             grid = sorted(live)
             return ProfileCost(tuple(map(float, grid)), tuple(envelope([live[t] for t in grid])))
         ratios = [(float(t), m / max(p.latency_at(t), 1e-12)) for t, m in live.items()]
+        lo, hi = min(live), max(live)
+        rise = p.latency_at(hi) - p.latency_at(lo)
+        sigma = max(0.0, (live[hi] - live[lo]) / rise) if len(live) >= 2 and rise > 0 else None
         grid_t = sorted({*(float(t) for t in live), *p.tokens})
         values = []
         for t in grid_t:
             exact = live.get(int(t)) if t.is_integer() else None
-            values.append(exact if exact is not None else p.latency_at(t) * _ratio(ratios, t))
+            if exact is not None:
+                values.append(exact)
+            elif sigma is not None and t > hi:
+                values.append(live[hi] + sigma * (p.latency_at(t) - p.latency_at(hi)))
+            else:
+                values.append(p.latency_at(t) * _ratio(ratios, t))
         return ProfileCost(tuple(grid_t), tuple(envelope(values)))
 
     def refresh(self) -> ProfileCost | None:
