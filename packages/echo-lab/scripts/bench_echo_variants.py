@@ -30,6 +30,8 @@ Arms (every one the embedded default engine; only the named piece differs):
 - ``plain-nopad`` / ``echo-nopad``: plain decoding / the shipped ECHO on a second copy of the
   model loaded with ``ECHO_LINEAR_PAD=off`` (few-row projections never padded:
   echo_server/model/linear.py), for the effect of padding on both.
+- ``echo-noexplore``: the shipped ECHO whose cost feedback never explores untimed row counts
+  (``CostFeedback.explore_every = 0``; engine/cost_feedback.py).
 - ``echo-window``: the shipped ECHO whose EAGLE head keeps only the last ``PROMPT_WINDOW``
   rows of a prompt it has not run yet (``EagleDrafter(prompt_window=...)``): a long prompt costs
   the head at most that many rows, and its context starts there.
@@ -100,6 +102,7 @@ ARMS = (
     "plain-mirror0",
     "echo-mirror0",
     "echo-window",
+    "echo-noexplore",
 )
 PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-profile": (PROFILE_TOKENS, 9, 1.0),
@@ -115,6 +118,7 @@ VARIANTS = (
     "echo-rows",
     "echo-pending",
     "echo-window",
+    "echo-noexplore",
     *PROFILE_ARMS,
 )
 LOW_ROW_FLOOR = 0.25  # echo-rows
@@ -145,6 +149,9 @@ def _variant(engine: Engine, arm: str) -> Engine:
             drafter.max_pending = LONG_PENDING
         else:
             drafter.prompt_window = PROMPT_WINDOW
+        return engine
+    if arm == "echo-noexplore":
+        engine.cost_feedback.explore_every = 0
         return engine
     if arm == "echo-rows":
         if engine.elastic is None:

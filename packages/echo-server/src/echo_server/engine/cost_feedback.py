@@ -92,6 +92,7 @@ class CostFeedback:
         self.k_ceiling = k_ceiling
         self.live = LiveCost(checked.profile if checked is not None else None)
         self.decode_steps = 0
+        self.explore_every = EXPLORE_EVERY  # 0: never explore (the bench's echo-noexplore arm)
         self.snapshot = self._snapshot()
 
     @classmethod
@@ -115,10 +116,10 @@ class CostFeedback:
     def explore_rows(self, batches: list[int]) -> int:
         """Draft rows the next step verifies whatever their price (module docstring), after a
         step whose decode passes had ``batches`` requests each."""
-        if not batches:
+        if not batches or not self.explore_every:
             return 0
         self.decode_steps += 1
-        if self.decode_steps % EXPLORE_EVERY:
+        if self.decode_steps % self.explore_every:
             return 0
         ready = self.live.ready()
         b = batches[-1]
