@@ -219,25 +219,26 @@ def test_the_floor_and_k_follow_the_live_curve_once_enough_samples_exist() -> No
     assert live[7] == pytest.approx(curve_ms(7) / 1e3)
 
 
-def test_exploration_asks_for_each_untimed_row_count_above_the_batch_every_few_steps() -> None:
+def test_exploration_asks_for_each_untimed_row_count_once_no_row_was_verified_lately() -> None:
     profile = bad_profile()
     floor = ElasticFloor(profile)
     checked = cast(CheckedProfile, SimpleNamespace(profile=profile, source=ProfileSource.CACHED))
     feedback = CostFeedback(checked, floor, BudgetChain(LocalBudget(fixed=8), floor), None)
-    asked = []
-    for _ in range(3 * EXPLORE_EVERY):
-        asked.append(feedback.explore_rows([2]))
-    # every EXPLORE_EVERY-th decode step, the first of rows 3, 4, 5 with no ready bucket: 1 row
+    dry = [(2, 0)]  # a decode pass over 2 requests with no draft row
+    asked = [feedback.explore_rows(dry) for _ in range(3 * EXPLORE_EVERY)]
+    # after EXPLORE_EVERY dry steps, the first of rows 3, 4, 5 with no ready bucket: 1 row
     assert asked == ([0] * (EXPLORE_EVERY - 1) + [1]) * 3
     assert feedback.explore_rows([]) == 0  # a step without a decode pass counts for nothing
+    drafting = [feedback.explore_rows([(2, 3)]) for _ in range(2 * EXPLORE_EVERY)]
+    assert drafting == [0] * (2 * EXPLORE_EVERY)  # rows verified: nothing forced
     for t in (3, 4):
         for _ in range(MIN_SAMPLES):
             feedback.take([(t, curve_ms(t) / 1e3)])
-    asked = [feedback.explore_rows([2]) for _ in range(EXPLORE_EVERY)]
+    asked = [feedback.explore_rows(dry) for _ in range(EXPLORE_EVERY)]
     assert asked == [0] * (EXPLORE_EVERY - 1) + [3]  # B + 1 and B + 2 timed: B + 3 next
     for _ in range(MIN_SAMPLES):
         feedback.take([(2 + EXPLORE_SPAN, curve_ms(2 + EXPLORE_SPAN) / 1e3)])
-    assert [feedback.explore_rows([2]) for _ in range(2 * EXPLORE_EVERY)] == [0] * 8  # all timed
+    assert [feedback.explore_rows(dry) for _ in range(2 * EXPLORE_EVERY)] == [0] * 8  # all timed
 
 
 def test_samples_come_from_timed_passes_only() -> None:
@@ -358,7 +359,8 @@ def test_exploration_corrects_a_profile_so_dear_that_no_row_ever_pays(
         NgramDrafter(),
         EngineConfig(budget=8, max_batch=1, kv_slots=4096, elastic=True),
     )
-    steps = EXPLORE_EVERY * (MIN_SAMPLES + 6)  # the first few have no n-gram match to draft
+    # an exploration after every EXPLORE_EVERY dry steps; the first few find no n-gram to draft
+    steps = (EXPLORE_EVERY + 1) * (MIN_SAMPLES + 6)
     params = SamplingParams(temperature=0.0, max_tokens=4 * steps, ignore_eos=True)
     engine.submit(GenerationRequest("r", prompt_ids=tuple(range(10, 20)) * 3, params=params))
     for _ in range(steps):
