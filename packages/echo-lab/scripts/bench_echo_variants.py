@@ -31,7 +31,7 @@ Arms (every one the embedded default engine; only the named piece differs):
   model loaded with ``ECHO_LINEAR_PAD=off`` (few-row projections never padded:
   echo_server/model/linear.py), for the effect of padding on both.
 - ``echo-noexplore``: the shipped ECHO whose cost feedback never explores untimed row counts
-  (``CostFeedback.explore_every = 0``; engine/cost_feedback.py).
+  (``CostFeedback.explores = False``; engine/cost_feedback.py).
 - ``echo-window``: the shipped ECHO whose EAGLE head keeps only the last ``PROMPT_WINDOW``
   rows of a prompt it has not run yet (``EagleDrafter(prompt_window=...)``): a long prompt costs
   the head at most that many rows, and its context starts there.
@@ -151,7 +151,7 @@ def _variant(engine: Engine, arm: str) -> Engine:
             drafter.prompt_window = PROMPT_WINDOW
         return engine
     if arm == "echo-noexplore":
-        engine.cost_feedback.explore_every = 0
+        engine.cost_feedback.explores = False
         return engine
     if arm == "echo-rows":
         if engine.elastic is None:

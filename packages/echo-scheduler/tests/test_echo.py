@@ -23,7 +23,7 @@ from echo_scheduler.errors import PolicyError
 from echo_scheduler.gating import apply_gate
 from echo_scheduler.interface import DraftPlan, RowPrice, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths
-from echo_scheduler.policies.echo import DEPTH, REINVEST, WIDTH, EchoPolicy
+from echo_scheduler.policies.echo import DEPTH, EXPLORE_AFTER, REINVEST, WIDTH, EchoPolicy
 from echo_scheduler.policies.frontier import expand_all
 from echo_scheduler.ranking import (
     PoolIndex,
@@ -317,16 +317,19 @@ def test_an_exploring_step_drafts_depth_one_and_keeps_its_best_rows_whatever_the
         )
         return drive_step(policy, SimSource(step), batch, strict=True)
 
-    plain = run(0)
-    assert plain.pool.num_nodes == 0
-    assert policy.step_modes["floor"] == 1
-    explored = run(2)
+    plain = [run(0) for _ in range(2 * EXPLORE_AFTER)]  # nothing untimed: never explores
+    assert all(r.pool.num_nodes == 0 for r in plain)
+    assert policy.step_modes["floor"] == 2 * EXPLORE_AFTER
+    refused = [run(2) for _ in range(EXPLORE_AFTER)]  # refusals in a row first (one counted)
+    assert all(r.pool.num_nodes == 0 for r in refused[1:])
+    explored = refused[0] if refused[0].pool.num_nodes else run(2)
     assert explored.depths == 1
     assert policy.step_modes["explore"] == 1
     assert int(explored.keep.sum()) == 2
     key = policy.key(explored.pool)
     assert float(key[explored.keep].min()) >= float(key[~explored.keep].max())  # the best two
     assert bool((explored.pool.depth[explored.keep] == 1).all())
+    assert run(2).pool.num_nodes == 0  # refusals counted afresh after an exploration
 
 
 def test_explore_rows_must_be_a_count() -> None:

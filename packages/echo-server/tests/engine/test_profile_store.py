@@ -23,12 +23,11 @@ from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.live_cost import MIN_SAMPLES, SWAP_TOLERANCE
 from echo_scheduler.policies import make_policy
-from echo_scheduler.policies.echo import EchoPolicy
+from echo_scheduler.policies.echo import EXPLORE_AFTER, EchoPolicy
 from echo_scheduler.profile_check import ProfileRounds, check_profile
 from echo_server.drafting import NgramDrafter
 from echo_server.engine import Engine, EngineConfig, GenerationRequest, cost_feedback, profile_store
 from echo_server.engine.cost_feedback import (
-    EXPLORE_EVERY,
     EXPLORE_SPAN,
     CostFeedback,
     samples_of,
@@ -219,26 +218,23 @@ def test_the_floor_and_k_follow_the_live_curve_once_enough_samples_exist() -> No
     assert live[7] == pytest.approx(curve_ms(7) / 1e3)
 
 
-def test_exploration_asks_for_each_untimed_row_count_once_no_row_was_verified_lately() -> None:
+def test_exploration_names_the_first_untimed_row_count_above_the_batch() -> None:
     profile = bad_profile()
     floor = ElasticFloor(profile)
     checked = cast(CheckedProfile, SimpleNamespace(profile=profile, source=ProfileSource.CACHED))
     feedback = CostFeedback(checked, floor, BudgetChain(LocalBudget(fixed=8), floor), None)
-    dry = [(2, 0)]  # a decode pass over 2 requests with no draft row
-    asked = [feedback.explore_rows(dry) for _ in range(3 * EXPLORE_EVERY)]
-    # after EXPLORE_EVERY dry steps, the first of rows 3, 4, 5 with no ready bucket: 1 row
-    assert asked == ([0] * (EXPLORE_EVERY - 1) + [1]) * 3
-    assert feedback.explore_rows([]) == 0  # a step without a decode pass counts for nothing
-    drafting = [feedback.explore_rows([(2, 3)]) for _ in range(2 * EXPLORE_EVERY)]
-    assert drafting == [0] * (2 * EXPLORE_EVERY)  # rows verified: nothing forced
+    assert feedback.explore_rows([2]) == 1  # rows 3, 4, 5 untimed: B + 1 first
+    assert feedback.explore_rows([]) == 0  # a step without a decode pass asks for nothing
     for t in (3, 4):
         for _ in range(MIN_SAMPLES):
             feedback.take([(t, curve_ms(t) / 1e3)])
-    asked = [feedback.explore_rows(dry) for _ in range(EXPLORE_EVERY)]
-    assert asked == [0] * (EXPLORE_EVERY - 1) + [3]  # B + 1 and B + 2 timed: B + 3 next
+    assert feedback.explore_rows([2]) == 3  # B + 1 and B + 2 timed: B + 3 next
     for _ in range(MIN_SAMPLES):
         feedback.take([(2 + EXPLORE_SPAN, curve_ms(2 + EXPLORE_SPAN) / 1e3)])
-    assert [feedback.explore_rows(dry) for _ in range(2 * EXPLORE_EVERY)] == [0] * 8  # all timed
+    assert feedback.explore_rows([2]) == 0  # all timed
+    assert feedback.explore_rows([1]) == 1  # another batch size: its own row counts
+    feedback.explores = False
+    assert feedback.explore_rows([1]) == 0
 
 
 def test_samples_come_from_timed_passes_only() -> None:
@@ -359,8 +355,8 @@ def test_exploration_corrects_a_profile_so_dear_that_no_row_ever_pays(
         NgramDrafter(),
         EngineConfig(budget=8, max_batch=1, kv_slots=4096, elastic=True),
     )
-    # an exploration after every EXPLORE_EVERY dry steps; the first few find no n-gram to draft
-    steps = (EXPLORE_EVERY + 1) * (MIN_SAMPLES + 6)
+    # one exploration after every EXPLORE_AFTER refusals; the first few find no n-gram to draft
+    steps = (EXPLORE_AFTER + 1) * (MIN_SAMPLES + 6)
     params = SamplingParams(temperature=0.0, max_tokens=4 * steps, ignore_eos=True)
     engine.submit(GenerationRequest("r", prompt_ids=tuple(range(10, 20)) * 3, params=params))
     for _ in range(steps):

@@ -51,11 +51,14 @@ say drafting loses (:class:`~echo_scheduler.ledger.ModeChooser`). Replay on the 
 composed steps per cell (docs/BENCHMARKS.md, 2026-12-02): the depth-1 mode +4.0% on mtbench at
 B = 1 and +1.7% on summarize at B = 4, -0.7 / -0.8% at B = 16.
 
-Exploration. With ``batch.explore_rows = m > 0`` (and maps and prices) the engine's cost model
-asks for a row count it has not timed (echo_scheduler.elastic, engine/cost_feedback.py): the
-step is drafted at depth 1 whatever the pre-check and the chooser say (mode ``explore``, not
-recorded in a ledger, whose prices are the ones in doubt), no node is held back by ``u_min``,
-and the cut keeps at least the ``m`` best rows.
+Exploration. ``batch.explore_rows = m > 0`` (with maps and prices) says the engine's cost model
+has not timed the step's next ``m`` row counts (echo_scheduler.elastic, engine/cost_feedback.py).
+If the pre-check has refused ``EXPLORE_AFTER`` steps in a row, the prices may be what is wrong,
+and rows no one verifies never correct them: the step is drafted at depth 1 anyway (mode
+``explore``, not recorded in a ledger, whose prices are the ones in doubt), no node is held back
+by ``u_min``, and the cut keeps at least the ``m`` best rows. Refusals by the ledger (drafting
+measured as a loss) never explore: forcing rows whenever they were untimed cost 1-2.4% at c = 8
+on MT-Bench (docs/BENCHMARKS.md).
 
 Cost. Within a step nothing about an older node changes: its key, and whether it is in its
 request's band (eligibility of depths <= d is fixed once depth d is drafted). So each depth
@@ -95,6 +98,10 @@ from echo_scheduler.ranking import (
     rank_in_group,
 )
 
+EXPLORE_AFTER = 4
+"""Pre-check refusals in a row before a step explores (module docstring): one step in five
+while the prices refuse every row, the ledger's shortest probe period."""
+
 DEPTH, WIDTH, REINVEST = 0, 1, 2
 """Selection tiers, taken in this order."""
 
@@ -132,6 +139,8 @@ class EchoPolicy(BasePolicy):
         self._roots = self._expanded = 0  # roots expanded under the ledger; deeper nodes
         self._plain_draft_s: float | None = None  # d_0: undrafted steps' draft phase, seconds
         self.step_modes: dict[str, int] = dict.fromkeys(STEP_MODES, 0)  # priced steps per mode
+        self._refusals = 0  # pre-check refusals in a row
+        self._exploring = False  # this step explores (module docstring)
         self._first_best: tuple[AcceptanceMaps, float] | None = None  # maps -> m_1(0)
         self._band_held = torch.zeros(0, dtype=torch.int64)  # [B] band nodes per request
         self._carry: tuple[TreeBatch, Tensor, Tensor] | None = None  # pool, u', band
@@ -151,6 +160,7 @@ class EchoPolicy(BasePolicy):
         self._roots = self._expanded = 0
         self._band_held = torch.zeros_like(batch.max_nodes)  # band nodes per request so far
         self._carry = None
+        self._exploring = False
 
     def _first_plan(self, batch: StepBatch) -> DraftPlan:
         width = self.config.draft_width
@@ -158,13 +168,17 @@ class EchoPolicy(BasePolicy):
         is_priced = priced(batch)
         live = int((batch.max_nodes > 0).sum())
         self._live = live
-        if maps is not None and is_priced and batch.explore_rows > 0 and width and live:
-            self._shallow, self._roots = True, 0  # depth 1, no ledger (module docstring)
-            self.step_modes["explore"] += 1
-            return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
         if maps is not None and is_priced:
             best = self._best_first(maps, batch.max_nodes.device)
-            if not first_depth_pays(best, batch, live, self._depth_price()):
+            if first_depth_pays(best, batch, live, self._depth_price()):
+                self._refusals = 0
+            else:
+                self._refusals += 1
+                if batch.explore_rows and width and live and self._refusals > EXPLORE_AFTER:
+                    self._refusals, self._exploring = 0, True
+                    self._shallow, self._roots = True, 0  # depth 1, no ledger (docstring)
+                    self.step_modes["explore"] += 1
+                    return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
                 self.step_modes["floor"] += 1
         self._shallow = False
@@ -373,7 +387,7 @@ class EchoPolicy(BasePolicy):
         """Eligibility of nodes at ``depth`` of requests ``req`` with keys ``key``: ``d_i <= t_b``
         and, under a cost floor, ``u'_i >= u_min``. [n] bool."""
         eligible = self.truncated_at.index_select(0, req) >= depth
-        if self.batch.min_utility > 0 and not self.batch.explore_rows:
+        if self.batch.min_utility > 0 and not self._exploring:
             eligible &= key >= self.batch.min_utility
         return eligible
 
@@ -403,7 +417,8 @@ class EchoPolicy(BasePolicy):
         keep = self._select_in_tiers(pool, key, band)
         price = self.batch.row_price
         if price is not None and self._step_gate.acceptance_maps is not None:
-            keep = exact_cut(key, keep, pool.batch_size, price, self.batch.explore_rows)
+            explore = self.batch.explore_rows if self._exploring else 0
+            keep = exact_cut(key, keep, pool.batch_size, price, explore)
         return keep
 
     def _select_in_tiers(self, pool: TreeBatch, key: Tensor, band: Tensor | None) -> Tensor:

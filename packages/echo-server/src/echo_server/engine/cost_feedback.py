@@ -15,13 +15,14 @@ Every decode pass on the CPU reports the target's forward + logits seconds
 Exploration. If the profile prices draft rows too dear, no row pays, none is verified, and only
 ``T = B`` is ever timed: the correction then scales the wrong shape and never fixes it (the
 planted "dear" profile kept ECHO at 0.80-0.86x of a clean start at c = 1,
-packages/echo-lab/scripts/profile_recovery.py). So once ``EXPLORE_EVERY`` decode steps in a row
-have verified no draft row, while one of the row counts ``B + 1 .. B + EXPLORE_SPAN`` (B the last
-step's batch) has no ready bucket, the floor's ``explore_rows`` asks the next step to verify the
-first such count's rows whatever their price (ECHO drafts depth 1 and keeps its best rows:
-echo_scheduler.policies.echo); it is 0 otherwise. While ECHO drafts, its own rows time the
-curve and nothing is forced: exploring every fourth step regardless cost 0.7-1.0% at c = 8
-on the Intel Xeon VM (bench_echo_variants.py arm ``echo-noexplore``, docs/BENCHMARKS.md).
+packages/echo-lab/scripts/profile_recovery.py). So after every decode step the floor's
+``explore_rows`` names the first of the row counts ``B + 1 .. B + EXPLORE_SPAN`` (B the last
+step's batch) with no ready bucket (0 when all are timed), and ECHO, once its pre-check has
+refused every row for a few steps in a row, verifies that many of its best depth-1 rows whatever
+their price (echo_scheduler.policies.echo, ``EXPLORE_AFTER``). A step that did not draft because
+drafting measured as a loss never explores: forcing rows whenever they were untimed cost 1-2.4%
+at c = 8 on MT-Bench on the Intel Xeon VM (bench_echo_variants.py arm ``echo-noexplore``,
+docs/BENCHMARKS.md).
 
 Each report leaves with a :class:`CostSnapshot` (``StepReport.cost``): the profile's source
 (``cached``, ``fresh``, ``unsettled``; ``none`` when the engine measured no profile: a fixed
@@ -53,17 +54,11 @@ if TYPE_CHECKING:
     from echo_server.engine.engine import Engine
     from echo_server.engine.report import StepReport
 
-EXPLORE_EVERY = 4
-"""Decode steps without a verified draft row before an exploration (module docstring): at most
-one step in five explores, the ledger's shortest probe period (echo_scheduler.ledger
-``probe_min``). A bucket needs ``MIN_SAMPLES`` = 8 samples, so one row count is timed within 40
-steps and the ``EXPLORE_SPAN`` of them within 120, inside the 200 steps issue #47 allows a wrong
-profile."""
-
 EXPLORE_SPAN = 3
 """Row counts above a step's B that exploration makes sure are timed: B + 1 to B + 3, the rows
 ECHO's depth-1 drafts add (once their price is known, deeper rows are priced, verified and
-timed as usual)."""
+timed as usual). One exploration in five steps while the prices refuse every row: the three
+are timed (8 samples each) within about 120 steps, inside the 200 issue #47 allows."""
 
 SNAPSHOT_EVERY = 16
 """Samples between two snapshots: the metrics need not change per step (a scrape is seconds
@@ -94,8 +89,7 @@ class CostFeedback:
         self.checked, self.floor, self.budget = checked, floor, budget
         self.k_ceiling = k_ceiling
         self.live = LiveCost(checked.profile if checked is not None else None)
-        self.dry_steps = 0  # decode steps in a row that verified no draft row
-        self.explore_every = EXPLORE_EVERY  # 0: never explore (the bench's echo-noexplore arm)
+        self.explores = True  # False: never ask (the bench's echo-noexplore arm)
         self.snapshot = self._snapshot()
 
     @classmethod
@@ -113,24 +107,17 @@ class CostFeedback:
         snapshot after them."""
         self.take(samples_of(report))
         if self.floor is not None:
-            passes = [(len(v.request_ids), v.tree.num_nodes) for v in report.passes]
-            self.floor.explore_rows = self.explore_rows(passes)
+            self.floor.explore_rows = self.explore_rows([len(v.request_ids) for v in report.passes])
         return dataclasses.replace(report, cost=self.snapshot)
 
-    def explore_rows(self, passes: list[tuple[int, int]]) -> int:
-        """Draft rows the next step verifies whatever their price (module docstring), after a
-        step whose decode passes had ``(requests, draft rows)`` each."""
-        if not passes or not self.explore_every:
-            return 0
-        self.dry_steps = 0 if any(rows for _, rows in passes) else self.dry_steps + 1
-        if self.dry_steps < self.explore_every:
+    def explore_rows(self, batches: list[int]) -> int:
+        """The untimed draft-row count to explore next (module docstring), after a step whose
+        decode passes had ``batches`` requests each; 0 when there is none."""
+        if not batches or not self.explores:
             return 0
         ready = self.live.ready()
-        b = passes[-1][0]
-        rows = next((r for r in range(1, EXPLORE_SPAN + 1) if b + r not in ready), 0)
-        if rows:
-            self.dry_steps = 0  # the next one no sooner, even if this one verifies nothing
-        return rows
+        b = batches[-1]
+        return next((r for r in range(1, EXPLORE_SPAN + 1) if b + r not in ready), 0)
 
     def take(self, samples: list[tuple[int, float]]) -> ProfileCost | None:
         """Feed ``(rows, seconds)`` samples; apply and return a corrected curve if one is due."""
