@@ -2,7 +2,8 @@
 
 "Session 14" means nothing to a reader; a date (and a commit) does. Covers README.md,
 docs/**/*.md, packages/*/README.md and the packages' source (docstrings and comments),
-including a number on the next line.
+including a number on the next line and file names such as ``session25.txt`` (raw outputs are
+named by what they hold and the commit that added them).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-_SESSION = re.compile(r"\bsessions?[\s-]+[0-9]", re.IGNORECASE)
+_SESSION = re.compile(r"sessions?[\s-]*[0-9]", re.IGNORECASE)
 
 
 def markdown_files() -> list[Path]:
@@ -36,4 +37,6 @@ def test_pattern() -> None:
     assert _SESSION.search("in Session 24 we")
     assert _SESSION.search("sessions 14-16")
     assert _SESSION.search("session\n17, nothing")
-    assert not _SESSION.search("make-run/session25.txt")
+    assert _SESSION.search("make-run/session25.txt")
+    assert not _SESSION.search("make-run/three-runs-cf16469.txt")
+    assert not _SESSION.search("a session of 3 rounds")

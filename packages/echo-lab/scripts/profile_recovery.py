@@ -21,11 +21,16 @@ how fast and how well:
    the same closed loop of prompts (HumanEval and MT-Bench first turns, alternating), the
    engines stepped in lockstep with the order rotated every turn (echo_lab.bench.harness).
 
-Per arm and round it takes the throughput over the steps from ``--skip`` on while every slot
-was busy (output tokens over the arm's own seconds), and prints per wrong arm the ratio to the
-clean arm's (median over rounds, t-interval: echo_lab.bench.intervals.round_ratio), the step at
-which the engine first put a corrected curve in use (``CostSnapshot.swaps``), and whether every
-output equalled the clean arm's token for token (greedy).
+Per arm and round it takes the throughput over the same stretch of work in every arm: output
+tokens ``S`` to ``E`` over the arm's own seconds between producing them, with ``S`` the tokens the
+clean arm had produced after ``--skip`` steps and ``E`` the fewest any arm had produced while
+every slot was still busy (the queue not yet drained). A cut by step count would compare
+different work, since the arms take different numbers of steps for the same prompts (at c = 1
+steps >= 200 are the last two prompts of one arm and the last three of another). It prints per
+wrong arm the ratio to the clean arm's (median over rounds, t-interval:
+echo_lab.bench.intervals.round_ratio), the step at which the engine first put a corrected curve
+in use (``CostSnapshot.swaps``), and whether every output equalled the clean arm's token for
+token (greedy).
 
     .venv/bin/python packages/echo-lab/scripts/profile_recovery.py --concurrency 1 8
 """
@@ -94,12 +99,30 @@ class Trace:
     busy: list[bool] = field(default_factory=list)
     swaps: list[int] = field(default_factory=list)
 
-    def rate(self, skip: int) -> float:
-        """Output tokens per second over the busy steps from ``skip`` on."""
-        idx = [i for i in range(skip, len(self.seconds)) if self.busy[i]]
-        if not idx:
-            raise RuntimeError(f"no busy step after step {skip}: give more prompts")
-        return sum(self.tokens[i] for i in idx) / sum(self.seconds[i] for i in idx)
+    def tokens_after(self, steps: int) -> int:
+        """Output tokens produced by the first ``steps`` steps."""
+        return sum(self.tokens[:steps])
+
+    def busy_tokens(self) -> int:
+        """Output tokens produced by the last step that began with every slot busy."""
+        last = max((i for i, b in enumerate(self.busy) if b), default=-1)
+        return sum(self.tokens[: last + 1])
+
+    def seconds_at(self, tokens: float) -> float:
+        """The arm's own seconds when its output reached ``tokens`` tokens, interpolated
+        linearly within the step that crossed it."""
+        done, wall = 0, 0.0
+        for n, s in zip(self.tokens, self.seconds, strict=True):
+            if n and done + n >= tokens:
+                return wall + s * (tokens - done) / n
+            done, wall = done + n, wall + s
+        raise RuntimeError(f"the arm produced {done} tokens, fewer than {tokens}")
+
+    def rate(self, start: int, end: int) -> float:
+        """Output tokens per second from token ``start`` to token ``end``."""
+        if end <= start:
+            raise RuntimeError(f"no work left after token {start}: give more prompts")
+        return (end - start) / (self.seconds_at(end) - self.seconds_at(start))
 
     def first_swap(self) -> int | None:
         return next((i for i, s in enumerate(self.swaps) if s > 0), None)
@@ -172,8 +195,10 @@ def main() -> int:
                 loops[arm] = ClosedLoop(engine, prompts, conc, sampling, (arm, "mixed"))
             step_in_turn([partial(traced_step, loops[arm], traces[arm]) for arm in order])
             outs = {arm: loops[arm].finish().outputs for arm in arms}
+            start = traces["clean"].tokens_after(a.skip)
+            end = min(t.busy_tokens() for t in traces.values())
             for arm in arms:
-                rates[arm].append(traces[arm].rate(a.skip))
+                rates[arm].append(traces[arm].rate(start, end))
                 swaps[arm].append(traces[arm].first_swap())
                 steps[arm].append(len(traces[arm].seconds))
                 if outs[arm] != outs["clean"]:
@@ -182,10 +207,11 @@ def main() -> int:
             print(
                 f"  c={conc} round {r + 1}: "
                 + ", ".join(f"{arm} {rates[arm][-1]:.1f} tok/s" for arm in arms)
+                + f" (output tokens {start}-{end})"
             )
         print(f"\nc = {conc}: {len(prompts)} prompts, max {a.max_tokens} tokens, {a.rounds} rounds")
         print(
-            f"  clean  {statistics.median(rates['clean']):.1f} tok/s over steps >= {a.skip} "
+            f"  clean  {statistics.median(rates['clean']):.1f} tok/s after its step {a.skip} "
             f"(steps per run {steps['clean']})"
         )
         for kind in WRONG:

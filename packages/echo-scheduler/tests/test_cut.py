@@ -2,52 +2,64 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections.abc import Callable
 
 import pytest
 import torch
 
+from echo_core.testing import HostSyncCounter
 from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.cut import exact_cut
 from echo_scheduler.interface import RowPrice
 
 
-def test_docstring_example_keeps_the_two_rows_that_pay() -> None:
+Cut = Callable[..., torch.Tensor]
+
+
+@pytest.fixture(params=[True, False], ids=["gathered", "masked"])
+def cut(request: pytest.FixtureRequest) -> Cut:
+    """:func:`exact_cut` gathering the kept keys (the CPU's way) or masking them (a GPU's)."""
+    return functools.partial(exact_cut, gather=request.param)
+
+
+def test_docstring_example_keeps_the_two_rows_that_pay(cut: Cut) -> None:
     cost = ProfileCost((2.0, 3.0, 4.0, 5.0), (0.010, 0.010, 0.011, 0.012))
-    keep = exact_cut(torch.tensor([0.9, 0.5, 0.05]), torch.ones(3, dtype=torch.bool), 2,
+    keep = cut(torch.tensor([0.9, 0.5, 0.05]), torch.ones(3, dtype=torch.bool), 2,
                      RowPrice(100.0, cost))  # fmt: skip
     assert keep.tolist() == [True, True, False]
 
 
-def test_cut_is_the_best_prefix_by_brute_force() -> None:
+def test_cut_is_the_best_prefix_by_brute_force(cut: Cut) -> None:
     g = torch.Generator().manual_seed(0)
     hinge = VerifyCostModel(0.010, 0.0001, 0.002, 12.0)  # flat-ish, then steep past 12 rows
     for _ in range(20):
         key = torch.rand(10, generator=g)
         keep = torch.rand(10, generator=g) < 0.8
         rate = float(torch.rand(1, generator=g)) * 400
-        got = exact_cut(key, keep, 4, RowPrice(rate, hinge))
+        got = cut(key, keep, 4, RowPrice(rate, hinge))
         vals = sorted(key[keep].tolist(), reverse=True)
         worth = [sum(vals[:k]) - rate * hinge.latency_at(4 + k) for k in range(len(vals) + 1)]
         assert int(got.sum()) == max(range(len(worth)), key=lambda k: (worth[k], -k))
         assert bool((got <= keep).all())
 
 
-def test_equal_keys_are_kept_or_cut_together() -> None:
+def test_equal_keys_are_kept_or_cut_together(cut: Cut) -> None:
     # a parent and its child with the same (min-propagated) key: never split between them
     cost = VerifyCostModel(0.010, 0.0, 0.001, 0.0)
     key = torch.tensor([0.6, 0.3, 0.3])
     for rate, expect in ((100.0, [True, True, True]), (450.0, [True, False, False])):
-        assert exact_cut(
-            key, torch.ones(3, dtype=torch.bool), 1, RowPrice(rate, cost)
-        ).tolist() == (expect)
+        assert cut(key, torch.ones(3, dtype=torch.bool), 1, RowPrice(rate, cost)).tolist() == (
+            expect
+        )
 
 
 @pytest.mark.parametrize("rate", [0.0, 1e6])
-def test_free_rows_keep_everything_and_dear_rows_nothing(rate: float) -> None:
+def test_free_rows_keep_everything_and_dear_rows_nothing(rate: float, cut: Cut) -> None:
     cost = VerifyCostModel(0.010, 0.0, 0.001, 0.0)
     keep = torch.tensor([True, True, False, True])
-    got = exact_cut(torch.tensor([0.5, 0.4, 0.9, 0.2]), keep, 2, RowPrice(rate, cost))
+    got = cut(torch.tensor([0.5, 0.4, 0.9, 0.2]), keep, 2, RowPrice(rate, cost))
     assert got.tolist() == (keep.tolist() if rate == 0.0 else [False] * 4)
 
 
@@ -60,21 +72,35 @@ def test_row_price_rejects_nonsense() -> None:
         RowPrice(1.0, cost, 0.0)
 
 
-def test_min_rows_keeps_the_best_rows_whatever_their_price() -> None:
+def test_min_rows_keeps_the_best_rows_whatever_their_price(cut: Cut) -> None:
     dear = ProfileCost((1.0, 2.0, 3.0, 4.0, 5.0), (0.010, 0.020, 0.030, 0.040, 0.050))
     key = torch.tensor([0.9, 0.5, 0.4, 0.05])
     keep = torch.ones(4, dtype=torch.bool)
     price = RowPrice(100.0, dear)  # a row costs 10 ms = 1 token at 100 tokens/s: none pays
-    assert exact_cut(key, keep, 1, price).tolist() == [False] * 4
-    assert exact_cut(key, keep, 1, price, min_rows=1).tolist() == [True, False, False, False]
-    assert exact_cut(key, keep, 1, price, min_rows=3).tolist() == [True, True, True, False]
-    assert exact_cut(key, keep, 1, price, min_rows=9).tolist() == [True] * 4  # all there are
+    assert cut(key, keep, 1, price).tolist() == [False] * 4
+    assert cut(key, keep, 1, price, min_rows=1).tolist() == [True, False, False, False]
+    assert cut(key, keep, 1, price, min_rows=3).tolist() == [True, True, True, False]
+    assert cut(key, keep, 1, price, min_rows=9).tolist() == [True] * 4  # all there are
     cheap = RowPrice(1.0, dear)  # above min_rows the cut is still the best one
-    assert exact_cut(key, keep, 1, cheap, min_rows=1).tolist() == [True] * 4
+    assert cut(key, keep, 1, cheap, min_rows=1).tolist() == [True] * 4
 
 
-def test_min_rows_never_splits_equal_keys() -> None:
+def test_min_rows_never_splits_equal_keys(cut: Cut) -> None:
     dear = ProfileCost((1.0, 2.0, 3.0, 4.0), (0.010, 0.020, 0.030, 0.040))
     key = torch.tensor([0.6, 0.6, 0.2])  # a parent and its child share a key
-    got = exact_cut(key, torch.ones(3, dtype=torch.bool), 1, RowPrice(100.0, dear), min_rows=1)
+    got = cut(key, torch.ones(3, dtype=torch.bool), 1, RowPrice(100.0, dear), min_rows=1)
     assert got.tolist() == [True, True, False]
+
+
+def test_the_cut_makes_no_host_sync_at_any_size() -> None:
+    # issue #44: without gathering, the kept count and the threshold stay on the device; the
+    # cut is the gathered one
+    cost = ProfileCost((1.0, 64.0, 512.0), (0.010, 0.012, 0.040))
+    for n in (1, 16, 400):
+        key = torch.rand(n, generator=torch.Generator().manual_seed(n))
+        keep = key > 0.3
+        price = RowPrice(50.0, cost)
+        with HostSyncCounter() as syncs:
+            masked = exact_cut(key, keep, 8, price, min_rows=2, gather=False)
+        assert syncs.total == 0, syncs.counts
+        assert torch.equal(masked, exact_cut(key, keep, 8, price, min_rows=2, gather=True))

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from echo_core.testing import HostSyncCounter
 from echo_core.tree import TreeBatch
 from echo_gating.maps import AcceptanceMaps, DepthMap
 from echo_gating.policy import GateMode, GatePolicy
@@ -280,6 +281,7 @@ def test_the_band_shortcuts_decide_as_the_full_ranking_does(
     steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(seed))
     for gate in (GatePolicy.sparse({2: 0.4}, max_depth=6), stepped_gate(), _gated_maps()):
         fast, full = EchoPolicy(CONFIG, gate), _FullRanking(CONFIG, gate)
+        fast.sync_free = seed % 2 == 0  # the device path or the CPU's shortcut
         for step in steps:
             runs = []
             for policy in (fast, full):
@@ -335,3 +337,39 @@ def test_an_exploring_step_drafts_depth_one_and_keeps_its_best_rows_whatever_the
 def test_explore_rows_must_be_a_count() -> None:
     with pytest.raises(PolicyError, match="explore_rows"):
         StepBatch(2, 4, torch.zeros(2, dtype=torch.int64), explore_rows=-1)
+
+
+class _CountedSelect(EchoPolicy):
+    """ECHO recording the host syncs of each ``select`` call."""
+
+    sync_free = True  # the device path, here on the CPU
+
+    def __init__(self, config: PolicyConfig, gate: GatePolicy) -> None:
+        super().__init__(config, gate)
+        self.syncs: list[int] = []
+
+    def select(self, pool: TreeBatch) -> torch.Tensor:
+        with HostSyncCounter() as syncs:
+            keep = super().select(pool)
+        self.syncs.append(syncs.total)
+        return keep
+
+
+@pytest.mark.parametrize("budget", [8, 400])
+def test_the_selection_and_its_cut_make_no_host_sync(budget: int) -> None:
+    """Issue #44: ``select`` (tiers, caps, budget, the exact cut) on a pool ECHO drafted is
+    fixed-shape tensor work whether the budget binds (8) or not (400), at every batch size, also
+    where drafting stopped before the last depth's band was extended (its nodes are the ones the
+    previous depth's pool lacked: a count known on the host)."""
+    price = RowPrice(40.0, ProfileCost((1.0, 64.0, 512.0), (0.010, 0.012, 0.040)))
+    for batch in (1, 16, 64):
+        steps = SyntheticWorkload.qwen().sample(batch, 2, torch.Generator().manual_seed(batch))
+        for gate in (GatePolicy.none(), _gated_maps()):
+            policy = _CountedSelect(CONFIG, gate)
+            for step in steps:
+                batch_in = StepBatch(
+                    batch, budget, step.max_nodes, min_utility=0.05, depth_price=0.01,
+                    row_price=price,
+                )  # fmt: skip
+                assert drive_step(policy, SimSource(step), batch_in, strict=True).depths >= 1
+            assert policy.syncs == [0] * len(steps), (batch, gate.mode, policy.syncs)

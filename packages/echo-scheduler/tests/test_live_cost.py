@@ -79,8 +79,12 @@ def test_no_correction_before_a_bucket_is_ready() -> None:
     for _ in range(MIN_SAMPLES - 1):
         live.observe(2, true_seconds(2))
     assert live.estimate(2) is None
+    assert not live.is_ready(2)
+    assert not live.is_ready(3)
     assert live.refresh() is None
     assert live.curve is live.profile
+    live.observe(2, true_seconds(2))
+    assert live.is_ready(2)
 
 
 def test_converges_to_the_true_curve_within_min_samples_and_ignores_outliers() -> None:
@@ -135,8 +139,11 @@ def test_old_samples_expire_and_bad_samples_are_ignored() -> None:
     live.observe(5, float("nan"))
     live.observe(5, -1.0)
     assert live.ready() == {3: 0.01}
+    assert live.is_ready(3)
+    assert not live.is_ready(5)
     for _ in range(8):
         live.observe(9, 0.02)
+    assert not live.is_ready(3)  # expired
     assert live.ready() == {9: 0.02}
     assert live.corrected() is None  # no profile and a single ready bucket
     with pytest.raises(CostModelError):
@@ -197,3 +204,41 @@ def test_past_the_ready_buckets_the_profile_extra_cost_is_scaled_by_their_slope_
         assert curve.latency_at(t) == pytest.approx((1 + 0.02 * (t - 1)) / 1e3)
     scaled = dear.latency_at(16) * (1.06 / 2.5)  # the dear shape at row 4's ratio (before)
     assert curve.latency_at(16) < 0.5 * scaled
+
+
+def test_past_the_ready_buckets_a_flat_profile_is_extended_at_their_own_slope() -> None:
+    # every pass priced as one row (planted "cheap"): no profile slope to scale
+    tokens = (1, 2, 4, 8, 16, 32)
+    cheap = ProfileCost(tuple(map(float, tokens)), tuple(1e-3 for _ in tokens))
+    live = LiveCost(cheap)
+    for _ in range(MIN_SAMPLES):
+        for t in (8, 10):
+            live.observe(t, (1 + 0.05 * (t - 1)) / 1e3)
+    curve = live.corrected()
+    assert curve is not None
+    for t in (16, 32):  # the true curve's slope, 0.05 ms per row, past the measured rows
+        assert curve.latency_at(t) == pytest.approx((1 + 0.05 * (t - 1)) / 1e3)
+    for t in (2, 4):  # below the measured rows: the same slope down, not row 8's level
+        assert curve.latency_at(t) == pytest.approx((1 + 0.05 * (t - 1)) / 1e3)
+    assert curve.latency_at(1) > 0
+    falling = LiveCost(cheap)  # a ready span whose medians fall gives no negative slope
+    for _ in range(MIN_SAMPLES):
+        falling.observe(8, 2e-3)
+        falling.observe(10, 1.5e-3)
+    flat = falling.corrected()
+    assert flat is not None
+    assert flat.latency_at(32) == pytest.approx(flat.latency_at(10))
+
+
+def test_a_right_flat_profile_is_left_alone_when_its_ready_buckets_agree() -> None:
+    # the EPYC's shape (TRUE_MS): flat for 1-6 rows, a step at 7; buckets 3 and 4 (where the
+    # profile does not rise) measured right but for 0.2 ms of noise
+    true = ProfileCost(tuple(map(float, TRUE_T)), tuple(m / 1e3 for m in TRUE_MS))
+    live = LiveCost(true)
+    for _ in range(MIN_SAMPLES):
+        live.observe(3, 0.0310)
+        live.observe(4, 0.0312)
+    curve = live.corrected()
+    assert curve is not None
+    for t in (1, 7, 8, 16):  # the step at 7 rows is kept: lambda (0.2 ms a row) is below it
+        assert curve.latency_at(t) == pytest.approx(true.latency_at(t), rel=0.02)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from echo_core.tree import ROOT, empty_tree
 from echo_scheduler.errors import TraceError
-from echo_scheduler.pool import Children, grow_pool
+from echo_scheduler.pool import Children, grow_pool, older_index
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -43,6 +43,11 @@ def test_grown_pool_is_valid_bfs_and_keeps_old_local_indices(counts: list[int], 
         assert torch.equal(new.token[: old.num_nodes], old.token)
         assert bool((new.depth[1:] >= new.depth[:-1]).all())  # depth-sorted (BFS)
         assert bool((new.parent[old.num_nodes :][1:] >= new.parent[old.num_nodes :][:-1]).all())
+    at = older_index(grown, pool)  # every old node where the grown pool has it, no sync
+    assert torch.equal(grown.token[at], pool.token)
+    assert torch.equal(grown.path_logprob[at], pool.path_logprob)
+    assert torch.equal(grown.request_index()[at], pool.request_index())
+    assert int((grown.depth == 2).sum()) == grown.num_nodes - pool.num_nodes  # the rest is new
 
 
 def test_children_of_one_node_keep_the_drafters_rank_order() -> None:

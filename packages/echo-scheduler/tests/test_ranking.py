@@ -151,17 +151,19 @@ def test_deferred_node_waits_for_its_parent() -> None:
 def test_first_in_order_takes_what_the_sequential_rule_takes(
     seed: int, m: int, groups: int, budget: int
 ) -> None:
-    """Walk ``pos`` order, take an element while its group is under its cap and the total under
-    the budget: the reference for ``first_in_order``."""
+    """Walk ``pos`` order, take an element (of the mask, if any) while its group is under its cap
+    and the total under the budget: the reference for ``first_in_order``."""
     g = torch.Generator().manual_seed(seed)
     pos = torch.randperm(m, generator=g)
     group = torch.randint(0, groups, (m,), generator=g)
     cap = torch.randint(0, 6, (groups,), generator=g)
-    want = torch.zeros(m, dtype=torch.bool)
-    held = [0] * groups
-    for i in torch.argsort(pos).tolist():
-        b = int(group[i])
-        if held[b] < int(cap[b]) and sum(held) < budget:
-            held[b] += 1
-            want[i] = True
-    assert torch.equal(first_in_order(pos, group, cap, budget), want)
+    mask = torch.rand(m, generator=g) < 0.7
+    for masked in (None, mask):
+        want = torch.zeros(m, dtype=torch.bool)
+        held = [0] * groups
+        for i in torch.argsort(pos).tolist():
+            b = int(group[i])
+            if (masked is None or masked[i]) and held[b] < int(cap[b]) and sum(held) < budget:
+                held[b] += 1
+                want[i] = True
+        assert torch.equal(first_in_order(pos, group, cap, budget, masked), want)

@@ -28,24 +28,40 @@ from torch import Tensor
 from echo_scheduler.interface import RowPrice
 
 
-def exact_cut(key: Tensor, keep: Tensor, batch: int, price: RowPrice, min_rows: int = 0) -> Tensor:
+def exact_cut(
+    key: Tensor,
+    keep: Tensor,
+    batch: int,
+    price: RowPrice,
+    min_rows: int = 0,
+    gather: bool | None = None,
+) -> Tensor:
     """``keep`` ([N] bool, ancestor-closed) cut to its ``k*`` best rows by ``key`` ([N]), at
-    least ``min_rows`` of them (all, if fewer are kept)."""
-    chosen = key[keep].to(torch.float64)
-    n = int(chosen.numel())
-    if n == 0:
+    least ``min_rows`` of them (all, if fewer are kept).
+
+    The candidates are the ``n`` kept keys in decreasing order. ``gather`` (default: on the
+    CPU) takes them out of ``key``, which reads ``n`` on the host: free on the CPU, a stall on a
+    GPU. Otherwise they are all N keys with the others at ``-inf``, ``W(k)`` is evaluated for
+    every ``k <= N`` and the ones past ``n`` are inadmissible: fixed shape, no host sync (issue
+    #44), the same cut."""
+    if key.numel() == 0:
         return keep
-    vals = torch.sort(chosen, descending=True).values
-    gain = torch.cat([torch.zeros(1, dtype=torch.float64, device=vals.device), vals.cumsum(0)])
-    rows = batch + torch.arange(n + 1, device=vals.device)
-    worth = gain - price.rate * price.seconds(rows)
-    admissible = torch.ones(n + 1, dtype=torch.bool, device=vals.device)
-    admissible[1:n] = vals[:-1] > vals[1:]  # a cut between two equal keys is not ancestor-safe
-    admissible[: min(min_rows, n)] = False  # exploring: at least min_rows (n is always allowed)
-    worth = torch.where(admissible, worth, -torch.inf)
-    best = int(torch.argmax(worth))  # first maximum: the smaller cut among ties
-    if best == n:
-        return keep
-    if best == 0:
-        return torch.zeros_like(keep)
-    return keep & (key.to(torch.float64) >= vals[best - 1])
+    dev = key.device
+    if key.device.type == "cpu" if gather is None else gather:
+        vals = torch.sort(key[keep].to(torch.float64), descending=True).values
+        n: Tensor | int = int(vals.numel())
+    else:
+        masked = torch.where(keep, key.to(torch.float64), -torch.inf)
+        vals, n = torch.sort(masked, descending=True).values, keep.sum()
+    c = int(vals.numel())  # candidates: n, or N
+    k = torch.arange(c + 1, device=dev)
+    zero = torch.zeros(1, dtype=torch.float64, device=dev)
+    gain = torch.cat([zero, torch.where(k[1:] <= n, vals, 0.0).cumsum(0)])  # G(k), k = 0..c
+    worth = gain - price.rate * price.seconds(batch + k)
+    step_down = torch.ones(c + 1, dtype=torch.bool, device=dev)
+    step_down[1:c] = vals[:-1] > vals[1:]  # a cut between two equal keys is not ancestor-safe
+    least = torch.clamp(torch.as_tensor(n, device=dev), max=min_rows)  # exploring: min(m, n)
+    admissible = step_down & (k <= n) & (k >= least)
+    best = torch.argmax(torch.where(admissible, worth, -torch.inf))  # first maximum: smaller cut
+    threshold = torch.where(best > 0, vals[(best - 1).clamp(min=0)], torch.inf)
+    return keep & (key.to(torch.float64) >= threshold)

@@ -70,3 +70,13 @@ def grow_pool(pool: TreeBatch, children: Children) -> TreeBatch:
         draft_logprob=torch.cat([pool.draft_logprob, children.draft_logprob.float()])[perm],
         path_logprob=torch.cat([pool.path_logprob, path])[perm],
     )
+
+
+def older_index(pool: TreeBatch, before: TreeBatch) -> Tensor:
+    """Where each node of ``before`` sits in ``pool``, grown from it by :func:`grow_pool` (each
+    request's older nodes first, in their order, then its new ones): ``i + cu_b - cu'_b`` for
+    node i of request b (``cu``/``cu'``: ``pool``'s / ``before``'s node offsets). [N'] int64;
+    fixed shape, no host sync (a mask ``depth < d`` would gather a count)."""
+    shift = pool.cu_nodes[:-1] - before.cu_nodes[:-1]
+    node = torch.arange(before.num_nodes, dtype=torch.int64, device=pool.device)
+    return node + shift.index_select(0, before.request_index())

@@ -198,13 +198,19 @@ def budgeted_select(
     return taken[order]
 
 
-def first_in_order(pos: Tensor, group: Tensor, cap: Tensor, budget: int) -> Tensor:
+def first_in_order(
+    pos: Tensor, group: Tensor, cap: Tensor, budget: int, mask: Tensor | None = None
+) -> Tensor:
     """The elements :func:`budgeted_select` takes when ``pos`` is already ancestors-first: each
-    group's first ``cap[g]`` in ``pos`` order, then the first ``budget`` of those in ``pos``
-    order. ``pos``: [M] int64, a permutation of ``0..M-1`` (lower first); ``group``: [M] int64
-    indices into ``cap``. Returns [M] bool.
+    group's first ``cap[g]`` ``mask`` elements in ``pos`` order, then the first ``budget`` of
+    those in ``pos`` order. ``pos``: [M] int64, a permutation of ``0..M-1`` (lower first);
+    ``group``: [M] int64 indices into ``cap``; ``mask``: [M] bool (None: every element).
+    Returns [M] bool. Fixed shape, no host sync: a mask instead of gathering the masked
+    elements keeps their count on the device.
     """
-    within = rank_in_group(group, pos) < cap.index_select(0, group)
+    within = rank_in_group(group, pos, mask) < cap.index_select(0, group)
+    if mask is not None:
+        within &= mask
     order = inverse(pos)  # the element at each position
     ahead = torch.cumsum(within.index_select(0, order).to(torch.int64), 0)
     taken = torch.empty_like(within)

@@ -14,6 +14,12 @@ depth's nodes by mask. (The CPU reference of echo-kernels' tree attention, used 
 ``KernelsAttention`` off CUDA, still loops per request: about 7 syncs each. On CUDA that path is
 the Triton kernel.)
 
+On 2026-12-06 ECHO's decisions lost most of theirs (issue #44): one read of three flags and
+one ``nonzero`` per depth (two where the budget or a cap binds), the selection and its exact
+cut none. The same steps then cost 49 syncs at 1 depth and 148-180 at 8 depths (ECHO's own
+share, on the recorded pools: 6-15 per step against 21-74 before,
+packages/echo-lab/scripts/policy_syncs.py), and the budget per depth went from 30 to 20.
+
 Since 2026-12-05 (``96e0c7c``) the default CPU attention's lane mirrors
 (echo_server.model.kv_mirror) sync twice per
 mirrored forward (the lanes to the host, one ``nonzero`` for the columns to copy), whatever the
@@ -38,7 +44,7 @@ from echo_server.engine import Engine, EngineConfig, GenerationRequest
 from echo_server.model import load_model_only
 from echo_server.model.loader import LoadedModel
 
-SYNCS_PER_DEPTH = 30
+SYNCS_PER_DEPTH = 20
 SYNCS_PER_STEP = 40
 VOCAB = 97
 OBSERVED_STEPS = 3

@@ -71,6 +71,15 @@ tree-aware pass (a depth after which drafting stops leaves its band to ``select`
 the pool whole only when the budget or a cap binds). A hypothesis test pins this to the full
 ranking (tier order + :func:`~echo_scheduler.ranking.budgeted_select`) bit for bit. What the
 ranking costs on a GPU: docs/BENCHMARKS.md, 2026-12-04.
+
+Host syncs (each one a stall on a GPU). Per step: the live request count. Per drafted depth:
+one read of three flags (a request still active, the budget full, a cap binding) and one
+``nonzero`` for the nodes to expand, whose count sizes the drafter's call; one more ``nonzero``
+over the band when the budget or a cap binds. The depth's new nodes are the ones the previous
+pool lacked (a count the host knows: ``nonzero_static``); the selection and its exact cut make
+none (a mask where a gather would need a count). On the recorded pools that is 6-15 syncs per
+step at B = 16-256, against 21-74 before 2026-12-06 (packages/echo-lab/scripts/policy_syncs.py).
+Fewer needs drafting of a fixed shape (a padded frontier the drafter expands whole), not done.
 """
 
 from __future__ import annotations
@@ -87,6 +96,7 @@ from echo_scheduler.gating import apply_gate
 from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch, StepOutcome
 from echo_scheduler.ledger import DraftedStep, DraftLedger, ModeChooser
 from echo_scheduler.policies.frontier import expand_all
+from echo_scheduler.pool import older_index
 from echo_scheduler.ranking import (
     PoolIndex,
     budgeted_select,
@@ -118,6 +128,11 @@ class EchoPolicy(BasePolicy):
     learns_drafting = True
     """Keep the ledgers and the mode chooser (False: ``echo_noledger``, the ablation)."""
 
+    sync_free: bool | None = None
+    """Whether ``select`` avoids host reads it could skip work with: None decides by the pool's
+    device (a read is free on the CPU, a stall on a GPU); True always (the device path, which
+    the tests run on the CPU too); False never."""
+
     def __init__(
         self, config: PolicyConfig, gate: GatePolicy | None = None, name: str = "echo"
     ) -> None:
@@ -144,6 +159,7 @@ class EchoPolicy(BasePolicy):
         self._first_best: tuple[AcceptanceMaps, float] | None = None  # maps -> m_1(0)
         self._band_held = torch.zeros(0, dtype=torch.int64)  # [B] band nodes per request
         self._carry: tuple[TreeBatch, Tensor, Tensor] | None = None  # pool, u', band
+        self._unbanded: TreeBatch | None = None  # the last depth's pool, if its band is not out
 
     def active_gate(self) -> GatePolicy:
         return self.gate
@@ -159,7 +175,7 @@ class EchoPolicy(BasePolicy):
         self.truncated_at = torch.where(batch.max_nodes > 0, self.config.max_depth, 0)
         self._roots = self._expanded = 0
         self._band_held = torch.zeros_like(batch.max_nodes)  # band nodes per request so far
-        self._carry = None
+        self._carry = self._unbanded = None
         self._exploring = False
 
     def _first_plan(self, batch: StepBatch) -> DraftPlan:
@@ -262,42 +278,51 @@ class EchoPolicy(BasePolicy):
         return calibrated_key(pool, maps)
 
     def _next_plan(self, pool: TreeBatch) -> DraftPlan:
+        """Which depth-d nodes to expand (module docstring: drafting). Host syncs: one read of
+        three flags (a request still active, the budget full, a cap binding), one ``nonzero``
+        for the nodes to expand (their count sizes the drafter call), and one more ``nonzero``
+        over the band only when the budget or a cap binds."""
         d, caps, budget = self.depth, self.batch.max_nodes, self.batch.budget
         self.truncated_at = apply_gate(self._step_gate, pool, d, self.truncated_at)
         active = self.truncated_at > d
-        if self._shallow or d >= self.config.max_depth or not bool(active.any()):
-            return DraftPlan.finished(pool.device)  # select ranks this last pool itself
+        if self._shallow or d >= self.config.max_depth:
+            self._unbanded = pool  # select extends the band to it
+            return DraftPlan.finished(pool.device)
         key, band, last, req = self._extend_band(pool, d)
         # the depth tier under the budget and the caps: the band when it fits (the weakest
         # selected key is then the floor), else its K best nodes, at most cap_b of request b
         held = self._band_held
-        weakest = torch.tensor(self.batch.min_utility, device=pool.device)
+        flags = torch.stack([active.any(), held.sum() >= budget, (held > caps).any()])
+        any_active, full, binds = flags.tolist()
+        if not any_active:
+            return DraftPlan.finished(pool.device)
+        floor = torch.tensor(self.batch.min_utility, device=pool.device)
+        weakest, filled = floor, torch.zeros((), dtype=torch.bool, device=pool.device)
         kept_now = band.index_select(0, last)
-        full = int(held.sum()) >= budget
-        if full or bool((held > caps).any()):
-            every = pool.request_index()
+        if full or binds:
             idx = band.nonzero().squeeze(1)
-            owner = every.index_select(0, idx)
-            kpos = key_order(key.index_select(0, idx), path_score(pool).index_select(0, idx))
+            owner = pool.request_index().index_select(0, idx)
+            own = key.index_select(0, idx)
+            kpos = key_order(own, path_score(pool).index_select(0, idx))
             top = first_in_order(kpos, owner, caps, budget)
-            kept = idx[top]
-            held = torch.bincount(owner[top], minlength=len(held))
-            full = int(held.sum()) >= budget
-            if full:
-                weakest = torch.maximum(key.index_select(0, kept).min(), weakest)
-            mask = torch.zeros_like(band)
-            mask[kept] = True
-            kept_now = mask.index_select(0, last)
+            held = torch.zeros_like(held).index_add_(0, owner, top.to(torch.int64))
+            filled = held.sum() >= budget
+            least = torch.where(top, own, torch.inf).min()  # the weakest kept key
+            weakest = torch.where(filled, torch.maximum(least, floor), floor)
+            kept_now = torch.zeros_like(band).index_copy_(0, idx, top).index_select(0, last)
         bound, guess = self._child_keys(pool, key.index_select(0, last), last, req)
         ok = kept_now & (active & (held < caps)).index_select(0, req)
-        if full or self.batch.min_utility > 0:
+        if self.batch.min_utility > 0:
             ok &= bound >= weakest
+        else:
+            ok &= (bound >= weakest) | ~filled
         node_price = self.batch.node_price or 0.0
         if self.batch.node_price:  # each expanded node pays for its drafter row (0: free)
             ok &= guess - weakest > self.batch.node_price
-        nodes = last[ok]
-        gain = float((guess[ok] - weakest - node_price).clamp(min=0).sum())
-        if nodes.numel() == 0 or gain < self._depth_price():
+        gain = torch.where(ok, guess - weakest - node_price, 0.0).clamp(min=0).sum()
+        pays = gain.double() >= self._depth_price()  # else the depth does not pay its drafter call
+        nodes = last.index_select(0, (ok & pays).nonzero().squeeze(1))
+        if nodes.numel() == 0:
             return DraftPlan.finished(pool.device)
         self._expanded += int(nodes.numel())
         return expand_all(nodes, self.config.draft_width)
@@ -310,35 +335,48 @@ class EchoPolicy(BasePolicy):
         A depth-d node is in the band when it is among its request's ``k0`` best eligible
         depth-d nodes; older nodes keep their membership (module docstring: cost). Without a
         carry from depth d - 1 the older nodes are ranked from scratch."""
-        key = self._grown_base(pool, d)
         carry = self._carry
+        last = self._depth_nodes(pool, d)  # ascending: the full ranking's order
+        req = torch.searchsorted(pool.cu_nodes, last, right=True) - 1
+        key = self._grown_base(pool, d, last, req)
         band = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
         if d > 1 and carry is None:  # rank the older depths from scratch
             every = pool.request_index()
             older = (pool.depth < d) & self._eligible(pool.depth, every, key)
             band = self._band(pool, key, older)
-            self._band_held = torch.bincount(every[band], minlength=pool.batch_size)
+            self._band_held = torch.zeros_like(self._band_held).index_add_(0, every, band.long())
         elif d > 1 and carry is not None:
-            band[pool.depth < d] = carry[2]
-        last = (pool.depth == d).nonzero().squeeze(1)  # ascending: the full ranking's order
-        req = torch.searchsorted(pool.cu_nodes, last, right=True) - 1
+            band.index_copy_(0, older_index(pool, carry[0]), carry[2])
         own = key.index_select(0, last)
         score = pool.path_logprob.index_select(0, last).to(torch.float32).exp()  # path_score
         eligible = self._eligible(d, req, own)
         band_now = rank_in_group(req, key_order(own, score), eligible) < self.config.topk
-        band[last] = band_now
-        self._band_held = self._band_held + torch.bincount(req[band_now], minlength=pool.batch_size)
+        band.index_copy_(0, last, band_now)
+        self._band_held = self._band_held.index_add(0, req, band_now.to(torch.int64))
         self._carry = (pool, key, band)
         return key, band, last, req
 
-    def _grown_base(self, pool: TreeBatch, d: int) -> Tensor:
+    def _depth_nodes(self, pool: TreeBatch, d: int) -> Tensor:
+        """The depth-d nodes of ``pool`` (global indices, ascending), without a host sync where
+        their count is known: every node at depth 1, and past it the nodes the last depth's
+        pool (the carry) did not have (``grow_pool`` adds depth-d nodes only)."""
+        if d == 1:
+            return torch.arange(pool.num_nodes, dtype=torch.int64, device=pool.device)
+        carry = self._carry
+        if carry is None:  # a pool this policy did not draft depth by depth: count them
+            return (pool.depth == d).nonzero().squeeze(1)
+        added = pool.num_nodes - carry[0].num_nodes
+        return torch.nonzero_static(pool.depth == d, size=added).squeeze(1)
+
+    def _grown_base(self, pool: TreeBatch, d: int, new: Tensor, req: Tensor) -> Tensor:
         """``u'`` of every node (:meth:`key`), from this step's previous depth when it is carried,
         looking up only the depth-d nodes.
 
         The pool keeps every older node, in order, and adds depth-d nodes only (``grow_pool``),
         and ``u'`` of a node depends on its own path alone: so the older nodes keep last depth's
         values and a new node gets ``min(m_d(log P), u'_parent)``, its parent found at the same
-        request-local index in the previous pool. Depth 1 needs no parent.
+        request-local index in the previous pool. Depth 1 needs no parent. ``new``: the depth-d
+        nodes (global indices, ascending), ``req`` their requests.
         """
         maps = self._step_gate.acceptance_maps
         if maps is None:
@@ -349,14 +387,12 @@ class EchoPolicy(BasePolicy):
         if carry is None:
             return calibrated_key(pool, maps)
         before, prior, _ = carry
-        new = (pool.depth == d).nonzero().squeeze(1)
-        req = torch.searchsorted(pool.cu_nodes, new, right=True) - 1
         parent = pool.parent.index_select(0, new) + before.cu_nodes.index_select(0, req)
         depth, path = pool.depth.index_select(0, new), pool.path_logprob.index_select(0, new)
         own = maps.expected_accept(depth, path)
         base = torch.empty_like(pool.path_logprob)
-        base[pool.depth < d] = prior
-        base[new] = torch.minimum(own, prior.index_select(0, parent))
+        base.index_copy_(0, older_index(pool, before), prior)
+        base.index_copy_(0, new, torch.minimum(own, prior.index_select(0, parent)))
         return base
 
     def _child_keys(
@@ -412,48 +448,55 @@ class EchoPolicy(BasePolicy):
         carry = self._carry
         if carry is not None and carry[0] is pool:
             key, band = carry[1], carry[2]
-        else:  # a depth that stopped drafting (its band was not extended), or no pool drafted
+        elif self._unbanded is pool and self.depth >= 1 and self._sync_free(pool):
+            key, band, _, _ = self._extend_band(pool, self.depth)  # drafting stopped before it
+        else:  # not drafted by this policy this step, or on the CPU (ranked only if it binds)
             key, band = self.key(pool), None
         keep = self._select_in_tiers(pool, key, band)
         price = self.batch.row_price
         if price is not None and self._step_gate.acceptance_maps is not None:
             explore = self.batch.explore_rows if self._exploring else 0
-            keep = exact_cut(key, keep, pool.batch_size, price, explore)
+            gather = not self._sync_free(pool)
+            keep = exact_cut(key, keep, pool.batch_size, price, explore, gather)
         return keep
+
+    def _sync_free(self, pool: TreeBatch) -> bool:
+        """:attr:`sync_free` for ``pool``."""
+        return pool.device.type != "cpu" if self.sync_free is None else self.sync_free
 
     def _select_in_tiers(self, pool: TreeBatch, key: Tensor, band: Tensor | None) -> Tensor:
         """The eligible nodes in (tier, key) order under the caps and the budget.
 
         Eligibility (``d_i <= t_b`` and ``u'_i >= u_min``) is ancestor-closed, as ``u'`` never
-        rises along a path. When every eligible node fits the budget, the budgeted selection in
-        any order keeps all of them. Else, with the step's band (``band``, carried from the last
-        depth), the (tier, key) order is ancestors-first: a band node's ancestors are band nodes
-        with keys at least its own, and every other eligible node's parent was expanded, so is
-        in the band. The selection is then the first ``K`` eligible nodes in that order, at most
-        ``cap_b`` of request b (its first in that order). Without the band (the last depth stopped
-        drafting before extending it) the whole pool is ranked and :func:`budgeted_select` keeps
-        parents first, the band's cost paid only when the budget or a cap binds.
+        rises along a path. With the step's band (``band``, carried depth by depth and extended
+        to the last one), the (tier, key) order is ancestors-first: a band node's ancestors are
+        band nodes with keys at least its own, and every other eligible node's parent was
+        expanded, so is in the band. The selection is then the first ``K`` eligible nodes in
+        that order, at most ``cap_b`` of request b (its first in that order): one sort of the
+        pool with the ineligible nodes last, ranks and a running count, fixed shape and no host
+        sync (:func:`~echo_scheduler.ranking.first_in_order` under a mask). When every eligible
+        node fits, that is every eligible node: on the CPU, where reading a count costs nothing,
+        that case is checked first and skips the sorts (on the recorded pools the dense ranking
+        alone put ECHO's host time 10-30% up at B = 256). Without the band (a pool this policy
+        did not draft this step) the whole pool is ranked and :func:`budgeted_select` keeps
+        parents first, its cost paid only when the budget or a cap binds.
         """
         req = pool.request_index()
         eligible = self._eligible(pool.depth, req, key)
-        held = torch.bincount(req[eligible], minlength=pool.batch_size)
         caps, budget = self.batch.max_nodes, self.batch.budget
-        if int(held.sum()) <= budget and not bool((held > caps).any()):
-            return eligible
         score = path_score(pool)
-        if band is None:
-            kpos = key_order(key, score)
-            pos = positions(self._tier(pool, key, eligible) * pool.num_nodes + kpos)
-            return budgeted_select(pool, pos, eligible, caps, budget)
-        idx = eligible.nonzero().squeeze(1)
-        owner = req.index_select(0, idx)
-        kpos = key_order(key.index_select(0, idx), score.index_select(0, idx))
-        other = torch.where(self.truncated.index_select(0, owner), WIDTH, REINVEST)
-        tier = torch.where(band.index_select(0, idx), DEPTH, other)
-        pos = positions(tier * idx.numel() + kpos)
-        keep = torch.zeros_like(eligible)
-        keep[idx[first_in_order(pos, owner, caps, budget)]] = True
-        return keep
+        if band is None or not self._sync_free(pool):  # a host read is free on the CPU
+            held = torch.zeros_like(caps).index_add_(0, req, eligible.to(torch.int64))
+            if not bool((held.sum() > budget) | (held > caps).any()):
+                return eligible  # what the ranking below keeps when nothing binds
+        if band is not None:
+            other = torch.where(self.truncated.index_select(0, req), WIDTH, REINVEST)
+            tier = torch.where(eligible, torch.where(band, DEPTH, other), REINVEST + 1)
+            pos = positions(tier * pool.num_nodes + key_order(key, score))
+            return first_in_order(pos, req, caps, budget, eligible)
+        kpos = key_order(key, score)
+        pos = positions(self._tier(pool, key, eligible) * pool.num_nodes + kpos)
+        return budgeted_select(pool, pos, eligible, caps, budget)
 
 
 class NoLedgerEchoPolicy(EchoPolicy):

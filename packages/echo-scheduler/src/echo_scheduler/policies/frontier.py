@@ -37,5 +37,9 @@ def frontier(
 
 
 def expand_all(nodes: Tensor, topk: int) -> DraftPlan:
-    """A plan expanding every node of ``nodes`` ([M] int64) into ``topk`` children."""
-    return DraftPlan.nodes(nodes, torch.full_like(nodes, topk))
+    """A plan expanding every node of ``nodes`` ([M] int64) into ``topk`` children (none for
+    ``topk < 1``); no host sync (:meth:`DraftPlan.nodes` filters per node, this need not)."""
+    if topk < 1:
+        return DraftPlan.finished(nodes.device)
+    nodes = nodes.to(torch.int64)
+    return DraftPlan(root_topk=None, expand=nodes, topk=torch.full_like(nodes, topk))

@@ -115,9 +115,8 @@ class CostFeedback:
         decode passes had ``batches`` requests each; 0 when there is none."""
         if not batches or not self.explores:
             return 0
-        ready = self.live.ready()
         b = batches[-1]
-        return next((r for r in range(1, EXPLORE_SPAN + 1) if b + r not in ready), 0)
+        return next((r for r in range(1, EXPLORE_SPAN + 1) if not self.live.is_ready(b + r)), 0)
 
     def take(self, samples: list[tuple[int, float]]) -> ProfileCost | None:
         """Feed ``(rows, seconds)`` samples; apply and return a corrected curve if one is due."""
