@@ -14,7 +14,6 @@ from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.cut import exact_cut
 from echo_scheduler.interface import RowPrice
 
-
 Cut = Callable[..., torch.Tensor]
 
 
