@@ -7,7 +7,9 @@ tensors inside a step must make few of them, and never more at a larger batch. T
 depend on the device, so this runs on the CPU: per (trace, B, arm) cell of
 :func:`echo_lab.replay.hosttime.host_rows` it drives ``--steps`` composed steps with the counter
 around each policy call and prints the syncs per step; ``--sites`` adds, per cell, where ECHO's
-syncs are (file:line, per step).
+syncs are (file:line, per step). ECHO takes the path it takes on a GPU
+(``EchoPolicy.sync_free``); ``--cpu-path`` counts the CPU's instead, which reads a count where
+that skips work (free on the CPU).
 
     .venv/bin/python packages/echo-lab/scripts/policy_syncs.py [--batches 16 64 256] [--sites]
 """
@@ -22,6 +24,7 @@ import torch
 from echo_core.testing import HostSyncCounter
 from echo_lab.replay.costs import load_profiled
 from echo_lab.replay.hosttime import DEFAULT_ARMS, host_rows
+from echo_scheduler.policies.echo import EchoPolicy
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -36,7 +39,9 @@ def main() -> None:
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS))
     p.add_argument("--steps", type=int, default=3, help="composed steps per cell")
     p.add_argument("--sites", action="store_true", help="where ECHO's syncs are, per cell")
+    p.add_argument("--cpu-path", action="store_true", help="ECHO's CPU path, not its GPU one")
     args = p.parse_args()
+    EchoPolicy.sync_free = not args.cpu_path
     torch.set_num_threads(1)
     cost = load_profiled(args.gpu_cost, "gpu")
     counter = HostSyncCounter()

@@ -103,3 +103,11 @@ def test_the_cut_makes_no_host_sync_at_any_size() -> None:
             masked = exact_cut(key, keep, 8, price, min_rows=2, gather=False)
         assert syncs.total == 0, syncs.counts
         assert torch.equal(masked, exact_cut(key, keep, 8, price, min_rows=2, gather=True))
+
+
+def test_nothing_kept_stays_nothing(cut: Cut) -> None:
+    cost = VerifyCostModel(0.010, 0.0, 0.001, 0.0)
+    keep = torch.zeros(3, dtype=torch.bool)
+    for min_rows in (0, 2):
+        got = cut(torch.tensor([0.5, 0.4, 0.9]), keep, 2, RowPrice(1.0, cost), min_rows=min_rows)
+        assert got.tolist() == [False] * 3

@@ -50,6 +50,8 @@ def exact_cut(
     if key.device.type == "cpu" if gather is None else gather:
         vals = torch.sort(key[keep].to(torch.float64), descending=True).values
         n: Tensor | int = int(vals.numel())
+        if n == 0:
+            return keep
     else:
         masked = torch.where(keep, key.to(torch.float64), -torch.inf)
         vals, n = torch.sort(masked, descending=True).values, keep.sum()

@@ -16,9 +16,10 @@ the Triton kernel.)
 
 On 2026-12-06 ECHO's decisions lost most of theirs (issue #44): one read of three flags and
 one ``nonzero`` per depth (two where the budget or a cap binds), the selection and its exact
-cut none. The same steps then cost 49 syncs at 1 depth and 148-180 at 8 depths (ECHO's own
+cut none. The same steps then cost 49-62 syncs at 1 depth and 148-181 at 8 depths (ECHO's own
 share, on the recorded pools: 6-15 per step against 21-74 before,
-packages/echo-lab/scripts/policy_syncs.py), and the budget per depth went from 30 to 20.
+packages/echo-lab/scripts/policy_syncs.py), and the budget went from 30 per depth + 40 to 20 + 50
+(the same 70 at one depth, 200 rather than 280 at eight).
 
 Since 2026-12-05 (``96e0c7c``) the default CPU attention's lane mirrors
 (echo_server.model.kv_mirror) sync twice per
@@ -45,7 +46,7 @@ from echo_server.model import load_model_only
 from echo_server.model.loader import LoadedModel
 
 SYNCS_PER_DEPTH = 20
-SYNCS_PER_STEP = 40
+SYNCS_PER_STEP = 50
 VOCAB = 97
 OBSERVED_STEPS = 3
 
