@@ -11,7 +11,7 @@ import torch
 
 from echo_core.testing import HostSyncCounter
 from echo_scheduler.cost import ProfileCost, VerifyCostModel
-from echo_scheduler.cut import exact_cut
+from echo_scheduler.cut import best_rows, exact_cut
 from echo_scheduler.interface import RowPrice
 
 Cut = Callable[..., torch.Tensor]
@@ -71,24 +71,20 @@ def test_row_price_rejects_nonsense() -> None:
         RowPrice(1.0, cost, 0.0)
 
 
-def test_min_rows_keeps_the_best_rows_whatever_their_price(cut: Cut) -> None:
-    dear = ProfileCost((1.0, 2.0, 3.0, 4.0, 5.0), (0.010, 0.020, 0.030, 0.040, 0.050))
+def test_best_rows_keep_the_best_whatever_their_price() -> None:
     key = torch.tensor([0.9, 0.5, 0.4, 0.05])
-    keep = torch.ones(4, dtype=torch.bool)
-    price = RowPrice(100.0, dear)  # a row costs 10 ms = 1 token at 100 tokens/s: none pays
-    assert cut(key, keep, 1, price).tolist() == [False] * 4
-    assert cut(key, keep, 1, price, min_rows=1).tolist() == [True, False, False, False]
-    assert cut(key, keep, 1, price, min_rows=3).tolist() == [True, True, True, False]
-    assert cut(key, keep, 1, price, min_rows=9).tolist() == [True] * 4  # all there are
-    cheap = RowPrice(1.0, dear)  # above min_rows the cut is still the best one
-    assert cut(key, keep, 1, cheap, min_rows=1).tolist() == [True] * 4
-
-
-def test_min_rows_never_splits_equal_keys(cut: Cut) -> None:
-    dear = ProfileCost((1.0, 2.0, 3.0, 4.0), (0.010, 0.020, 0.030, 0.040))
-    key = torch.tensor([0.6, 0.6, 0.2])  # a parent and its child share a key
-    got = cut(key, torch.ones(3, dtype=torch.bool), 1, RowPrice(100.0, dear), min_rows=1)
-    assert got.tolist() == [True, True, False]
+    keep = torch.tensor([True, True, True, False])
+    assert best_rows(key, keep, 0).tolist() == [False] * 4
+    assert best_rows(key, keep, 1).tolist() == [True, False, False, False]
+    assert best_rows(key, keep, 2).tolist() == [True, True, False, False]
+    assert best_rows(key, keep, 9).tolist() == [True, True, True, False]  # all there are
+    tied = torch.tensor([0.6, 0.6, 0.2])  # equal keys: the tiebreak, then the index
+    every = torch.ones(3, dtype=torch.bool)
+    assert best_rows(tied, every, 1).tolist() == [True, False, False]
+    assert best_rows(tied, every, 1, torch.tensor([0.1, 0.3, 0.9])).tolist() == [False, True, False]
+    with HostSyncCounter() as syncs:
+        best_rows(key, keep, 2)
+    assert syncs.total == 0
 
 
 def test_the_cut_makes_no_host_sync_at_any_size() -> None:
@@ -100,14 +96,13 @@ def test_the_cut_makes_no_host_sync_at_any_size() -> None:
         keep = key > 0.3
         price = RowPrice(50.0, cost)
         with HostSyncCounter() as syncs:
-            masked = exact_cut(key, keep, 8, price, min_rows=2, gather=False)
+            masked = exact_cut(key, keep, 8, price, gather=False)
         assert syncs.total == 0, syncs.counts
-        assert torch.equal(masked, exact_cut(key, keep, 8, price, min_rows=2, gather=True))
+        assert torch.equal(masked, exact_cut(key, keep, 8, price, gather=True))
 
 
 def test_nothing_kept_stays_nothing(cut: Cut) -> None:
     cost = VerifyCostModel(0.010, 0.0, 0.001, 0.0)
     keep = torch.zeros(3, dtype=torch.bool)
-    for min_rows in (0, 2):
-        got = cut(torch.tensor([0.5, 0.4, 0.9]), keep, 2, RowPrice(1.0, cost), min_rows=min_rows)
-        assert got.tolist() == [False] * 3
+    got = cut(torch.tensor([0.5, 0.4, 0.9]), keep, 2, RowPrice(1.0, cost))
+    assert got.tolist() == [False] * 3

@@ -24,7 +24,14 @@ from echo_scheduler.errors import PolicyError
 from echo_scheduler.gating import apply_gate
 from echo_scheduler.interface import DraftPlan, RowPrice, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths
-from echo_scheduler.policies.echo import DEPTH, EXPLORE_AFTER, REINVEST, WIDTH, EchoPolicy
+from echo_scheduler.policies.echo import (
+    DEPTH,
+    EXPLORE_AFTER,
+    REINVEST,
+    WIDTH,
+    EchoPolicy,
+    NoLedgerEchoPolicy,
+)
 from echo_scheduler.policies.frontier import expand_all
 from echo_scheduler.ranking import (
     PoolIndex,
@@ -332,6 +339,33 @@ def test_an_exploring_step_drafts_depth_one_and_keeps_its_best_rows_whatever_the
     assert float(key[explored.keep].min()) >= float(key[~explored.keep].max())  # the best two
     assert bool((explored.pool.depth[explored.keep] == 1).all())
     assert run(2).pool.num_nodes == 0  # refusals counted afresh after an exploration
+
+
+def test_a_step_drafting_many_rows_explores_the_untimed_few() -> None:
+    # rows nearly free: ECHO drafts deep and verifies many; two untimed row counts above B
+    free = ProfileCost((1.0, 4.0, 16.0, 64.0), (0.01, 0.01, 0.0101, 0.0102))
+    policy = NoLedgerEchoPolicy(PolicyConfig(max_depth=4, max_width=3), stepped_gate())
+    step = _step(5, 3)
+
+    def run(explore: int) -> DrivenStep:
+        batch = StepBatch(
+            step.batch_size, 100, step.max_nodes, min_utility=0.01, depth_price=0.01,
+            row_price=RowPrice(1.0, free), explore_rows=explore,
+        )  # fmt: skip
+        return drive_step(policy, SimSource(step), batch, strict=True)
+
+    timed = [run(0) for _ in range(2 * EXPLORE_AFTER)]  # nothing untimed: never explores
+    assert all(int(r.keep.sum()) > 2 for r in timed)
+    assert policy.step_modes["explore"] == 0
+    drafted = [run(2) for _ in range(EXPLORE_AFTER)]  # drafted steps in a row first
+    assert all(int(r.keep.sum()) > 2 for r in drafted)
+    explored = run(2)
+    assert policy.step_modes["explore"] == 1
+    assert explored.depths == 1
+    assert int(explored.keep.sum()) == 2  # exactly the two best, though more would pay
+    key = policy.key(explored.pool)
+    assert float(key[explored.keep].min()) >= float(key[~explored.keep].max())
+    assert int(run(2).keep.sum()) > 2  # counted afresh after an exploration
 
 
 def test_explore_rows_must_be_a_count() -> None:

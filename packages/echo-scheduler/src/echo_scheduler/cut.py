@@ -5,15 +5,18 @@ sorted in decreasing order, verifying the best k rows earns ``G(k) = u_(1) + ...
 expected tokens and takes ``t(B + k)`` seconds. At run rate ``lam`` (tokens per second) the
 step's net worth is
 
-    W(k) = G(k) - lam t(B + k),   k* = argmax_{min(m, n) <= k <= n} W(k)
+    W(k) = G(k) - lam t(B + k),   k* = argmax_{0 <= k <= n} W(k)
 
 (Dinkelbach's step towards the best run rate ``sum tokens / sum seconds``; exact for any shape of
 ``t``, concave at a CPU's start or a hinge past a GPU's knee, where a per-row floor from an
 average slope is not). ``k* = 0`` is plain decoding. Only cuts between distinct key values are
 admissible, so the kept set ``{u >= u_(k*)}`` stays ancestor-closed (a parent's key is at least
-its child's). ``m`` (``min_rows``, 0 by default) is the exploration of a cost model that has
-never seen a row count: the best ``m`` rows are kept whatever they are priced at, so the verify
-pass times that row count (engine/cost_feedback.py); the cut above ``m`` is still the best one.
+its child's).
+
+:func:`best_rows` is the exploration of a cost model that has not timed a row count
+(engine/cost_feedback.py): the best ``m`` rows whatever their price, so that the verify pass
+times ``B + m`` rows, whether the prices refuse every row (a profile too dear) or pay for many
+more (one too cheap).
 
 Worked example: B = 2, keys (0.9, 0.5, 0.05), ``t(2..5)`` = 10, 10, 11, 12 ms, lam = 100
 tokens/s: ``W(0..3)`` = 0 - 1.0, 0.9 - 1.0, 1.4 - 1.1, 1.45 - 1.2 = -1.0, -0.1, 0.3, 0.25: keep
@@ -26,6 +29,7 @@ import torch
 from torch import Tensor
 
 from echo_scheduler.interface import RowPrice
+from echo_scheduler.ranking import inverse, key_order
 
 
 def exact_cut(
@@ -33,11 +37,9 @@ def exact_cut(
     keep: Tensor,
     batch: int,
     price: RowPrice,
-    min_rows: int = 0,
     gather: bool | None = None,
 ) -> Tensor:
-    """``keep`` ([N] bool, ancestor-closed) cut to its ``k*`` best rows by ``key`` ([N]), at
-    least ``min_rows`` of them (all, if fewer are kept).
+    """``keep`` ([N] bool, ancestor-closed) cut to its ``k*`` best rows by ``key`` ([N]).
 
     The candidates are the ``n`` kept keys in decreasing order. ``gather`` (default: on the
     CPU) takes them out of ``key``, which reads ``n`` on the host: free on the CPU, a stall on a
@@ -62,8 +64,22 @@ def exact_cut(
     worth = gain - price.rate * price.seconds(batch + k)
     step_down = torch.ones(c + 1, dtype=torch.bool, device=dev)
     step_down[1:c] = vals[:-1] > vals[1:]  # a cut between two equal keys is not ancestor-safe
-    least = torch.clamp(torch.as_tensor(n, device=dev), max=min_rows)  # exploring: min(m, n)
-    admissible = step_down & (k <= n) & (k >= least)
+    admissible = step_down & (k <= n)
     best = torch.argmax(torch.where(admissible, worth, -torch.inf))  # first maximum: smaller cut
     threshold = torch.where(best > 0, vals[(best - 1).clamp(min=0)], torch.inf)
     return keep & (key.to(torch.float64) >= threshold)
+
+
+def best_rows(key: Tensor, keep: Tensor, rows: int, tiebreak: Tensor | None = None) -> Tensor:
+    """``keep`` ([N] bool, ancestor-closed) cut to its first ``rows`` nodes in
+    :func:`~echo_scheduler.ranking.key_order` (``key`` descending, then ``tiebreak``, then
+    index), whatever their price; all of them if fewer are kept. With a key and a tiebreak that
+    never rise from parent to child (a path score) that order lists parents first, so the set
+    stays ancestor-closed. Fixed shape, no host sync."""
+    if rows <= 0 or key.numel() == 0:
+        return torch.zeros_like(keep)
+    order = inverse(key_order(key, tiebreak))  # the node at each position
+    kept = keep.index_select(0, order)
+    taken = torch.empty_like(keep)
+    taken[order] = kept & (torch.cumsum(kept.to(torch.int64), 0) <= rows)
+    return taken

@@ -49,7 +49,7 @@ Exploration. A profile that prices rows too dear is never corrected by prices al
 pays, none is verified, and the live correction never sees one. ``explore_rows`` (set between
 steps by the engine's cost feedback, engine/cost_feedback.py; 0 by default) goes into the next
 :class:`StepBatch`, and ECHO then verifies that many of its best depth-1 rows whatever their
-price (:func:`echo_scheduler.cut.exact_cut`'s ``min_rows``).
+price, or only that many when the prices pay for many more (:func:`echo_scheduler.cut.best_rows`).
 """
 
 from __future__ import annotations

@@ -53,12 +53,16 @@ B = 1 and +1.7% on summarize at B = 4, -0.7 / -0.8% at B = 16.
 
 Exploration. ``batch.explore_rows = m > 0`` (with maps and prices) says the engine's cost model
 has not timed the step's next ``m`` row counts (echo_scheduler.elastic, engine/cost_feedback.py).
-If the pre-check has refused ``EXPLORE_AFTER`` steps in a row, the prices may be what is wrong,
-and rows no one verifies never correct them: the step is drafted at depth 1 anyway (mode
-``explore``, not recorded in a ledger, whose prices are the ones in doubt), no node is held back
-by ``u_min``, and the cut keeps at least the ``m`` best rows. Refusals by the ledger (drafting
-measured as a loss) never explore: forcing rows whenever they were untimed cost 1-2.4% at c = 8
-on MT-Bench (docs/BENCHMARKS.md).
+If the pre-check has refused ``EXPLORE_AFTER`` steps in a row, or ECHO has drafted that many
+steps in a row, while they stay untimed, the prices may be what is wrong, and row counts no one
+verifies never correct them: the next such step is drafted at depth 1 (mode ``explore``, not
+recorded in a ledger, whose prices are the ones in doubt), no node is held back by ``u_min``,
+and it verifies exactly its ``m`` best rows (:func:`~echo_scheduler.cut.best_rows`). Prices that
+refuse every row (a profile too dear) thus get rows timed; prices that pay for many rows (a
+profile pricing rows as free, which kept ECHO verifying 16 rows at c = 8, its one timed row
+count, and 7% behind a clean start on the AMD EPYC VM) get the few-row counts timed, and with
+them the slope. Refusals by the ledger (drafting measured as a loss) never explore: forcing rows
+whenever they were untimed cost 1-2.4% at c = 8 on MT-Bench (docs/BENCHMARKS.md).
 
 Cost. Within a step nothing about an older node changes: its key, and whether it is in its
 request's band (eligibility of depths <= d is fixed once depth d is drafted). So each depth
@@ -91,7 +95,7 @@ from echo_core.tree import TreeBatch
 from echo_gating.maps import AcceptanceMaps
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.cut import exact_cut
+from echo_scheduler.cut import best_rows, exact_cut
 from echo_scheduler.gating import apply_gate
 from echo_scheduler.interface import BasePolicy, DraftPlan, StepBatch, StepOutcome
 from echo_scheduler.ledger import DraftedStep, DraftLedger, ModeChooser
@@ -109,8 +113,8 @@ from echo_scheduler.ranking import (
 )
 
 EXPLORE_AFTER = 4
-"""Pre-check refusals in a row before a step explores (module docstring): one step in five
-while the prices refuse every row, the ledger's shortest probe period."""
+"""Pre-check refusals, or drafted steps, in a row while the next row counts are untimed before
+a step explores (module docstring): one step in five, the ledger's shortest probe period."""
 
 DEPTH, WIDTH, REINVEST = 0, 1, 2
 """Selection tiers, taken in this order."""
@@ -155,6 +159,7 @@ class EchoPolicy(BasePolicy):
         self._plain_draft_s: float | None = None  # d_0: undrafted steps' draft phase, seconds
         self.step_modes: dict[str, int] = dict.fromkeys(STEP_MODES, 0)  # priced steps per mode
         self._refusals = 0  # pre-check refusals in a row
+        self._untimed = 0  # drafted steps in a row while the next row counts are untimed
         self._exploring = False  # this step explores (module docstring)
         self._first_best: tuple[AcceptanceMaps, float] | None = None  # maps -> m_1(0)
         self._band_held = torch.zeros(0, dtype=torch.int64)  # [B] band nodes per request
@@ -191,12 +196,12 @@ class EchoPolicy(BasePolicy):
             else:
                 self._refusals += 1
                 if batch.explore_rows and width and live and self._refusals > EXPLORE_AFTER:
-                    self._refusals, self._exploring = 0, True
-                    self._shallow, self._roots = True, 0  # depth 1, no ledger (docstring)
-                    self.step_modes["explore"] += 1
-                    return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
+                    return self._explore(batch, width)
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
                 self.step_modes["floor"] += 1
+        probing = maps is not None and is_priced and width > 0 and batch.explore_rows > 0
+        if probing and self._untimed >= EXPLORE_AFTER:  # drafted this often, still untimed
+            return self._explore(batch, width)
         self._shallow = False
         if width and is_priced and self.modes is not None:
             mode = self.modes.choose(live, self._depth_price())
@@ -205,6 +210,17 @@ class EchoPolicy(BasePolicy):
                 width = 0  # drafting lost lately at this load: plain decoding (probes aside)
             self._roots = live if width else 0  # a drafted step the ledger will record
             self.step_modes[mode] += 1
+        if not batch.explore_rows:
+            self._untimed = 0
+        elif probing and width:
+            self._untimed += 1
+        return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
+
+    def _explore(self, batch: StepBatch, width: int) -> DraftPlan:
+        """This step explores (module docstring): depth 1, its best ``explore_rows`` rows."""
+        self._refusals = self._untimed = 0
+        self._exploring, self._shallow, self._roots = True, True, 0  # no ledger (docstring)
+        self.step_modes["explore"] += 1
         return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
 
     def _best_first(self, maps: AcceptanceMaps, device: torch.device) -> float:
@@ -455,9 +471,10 @@ class EchoPolicy(BasePolicy):
         keep = self._select_in_tiers(pool, key, band)
         price = self.batch.row_price
         if price is not None and self._step_gate.acceptance_maps is not None:
-            explore = self.batch.explore_rows if self._exploring else 0
+            if self._exploring:
+                return best_rows(key, keep, self.batch.explore_rows, path_score(pool))
             gather = not self._sync_free(pool)
-            keep = exact_cut(key, keep, pool.batch_size, price, explore, gather)
+            keep = exact_cut(key, keep, pool.batch_size, price, gather)
         return keep
 
     def _sync_free(self, pool: TreeBatch) -> bool:
