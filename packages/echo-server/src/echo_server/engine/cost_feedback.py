@@ -18,8 +18,11 @@ planted "dear" profile kept ECHO at 0.80-0.86x of a clean start at c = 1,
 packages/echo-lab/scripts/profile_recovery.py). So after every decode step the floor's
 ``explore_rows`` names the first of the row counts ``B + 1 .. B + EXPLORE_SPAN`` (B the last
 step's batch) with no ready bucket (0 when all are timed), and ECHO, once its pre-check has
-refused every row for a few steps in a row, verifies that many of its best depth-1 rows whatever
-their price (echo_scheduler.policies.echo, ``EXPLORE_AFTER``). A step that did not draft because
+refused every row for a few steps in a row, or it has drafted that many steps in a row, verifies
+exactly that many of its best depth-1 rows whatever their price (echo_scheduler.policies.echo,
+``EXPLORE_AFTER``). The second case is a profile pricing rows as free: ECHO then verified 16
+rows a step at c = 8, the only row count it timed, so the corrected curve stayed that profile's
+flat shape scaled to it. A step that did not draft because
 drafting measured as a loss never explores: forcing rows whenever they were untimed cost 1-2.4%
 at c = 8 on MT-Bench on the Intel Xeon VM (bench_echo_variants.py arm ``echo-noexplore``,
 docs/BENCHMARKS.md).
