@@ -23,7 +23,7 @@ import torch
 
 from echo_core.testing import HostSyncCounter
 from echo_lab.replay.costs import load_profiled
-from echo_lab.replay.hosttime import DEFAULT_ARMS, host_rows
+from echo_lab.replay.hosttime import add_cell_arguments, host_rows
 from echo_scheduler.policies.echo import EchoPolicy
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,12 +31,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--traces", type=Path, nargs="+", default=sorted((REPO / "traces").glob("trace-*.json.gz"))
-    )
-    p.add_argument("--gpu-cost", type=Path, default=REPO / "traces" / "cost-gpu-h200-llama8b.json")
-    p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256])
-    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS))
+    add_cell_arguments(p, REPO)
     p.add_argument("--steps", type=int, default=3, help="composed steps per cell")
     p.add_argument("--sites", action="store_true", help="where ECHO's syncs are, per cell")
     p.add_argument("--cpu-path", action="store_true", help="ECHO's CPU path, not its GPU one")

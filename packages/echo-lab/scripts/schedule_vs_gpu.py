@@ -21,9 +21,9 @@ import torch
 from echo_lab.bench.intervals import cpu_name
 from echo_lab.replay.costs import load_profiled
 from echo_lab.replay.hosttime import (
-    DEFAULT_ARMS,
     FIXED_ARMS,
     HEADER,
+    add_cell_arguments,
     echo_vs_best,
     format_comparison,
     host_rows,
@@ -34,12 +34,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--traces", type=Path, nargs="+", default=sorted((REPO / "traces").glob("trace-*.json.gz"))
-    )
-    p.add_argument("--gpu-cost", type=Path, default=REPO / "traces" / "cost-gpu-h200-llama8b.json")
-    p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256])
-    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS))
+    add_cell_arguments(p, REPO)
     p.add_argument(
         "--all-fixed", action="store_true", help="ECHO, plain and every fixed arm of the grid"
     )

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from echo_scheduler.interface import RowPrice
-from echo_scheduler.ranking import inverse, key_order
+from echo_scheduler.ranking import first_in_order, key_order
 
 
 def exact_cut(
@@ -75,11 +75,10 @@ def best_rows(key: Tensor, keep: Tensor, rows: int, tiebreak: Tensor | None = No
     :func:`~echo_scheduler.ranking.key_order` (``key`` descending, then ``tiebreak``, then
     index), whatever their price; all of them if fewer are kept. With a key and a tiebreak that
     never rise from parent to child (a path score) that order lists parents first, so the set
-    stays ancestor-closed. Fixed shape, no host sync."""
+    stays ancestor-closed. Fixed shape, no host sync: :func:`~echo_scheduler.ranking.
+    first_in_order` with one group."""
     if rows <= 0 or key.numel() == 0:
         return torch.zeros_like(keep)
-    order = inverse(key_order(key, tiebreak))  # the node at each position
-    kept = keep.index_select(0, order)
-    taken = torch.empty_like(keep)
-    taken[order] = kept & (torch.cumsum(kept.to(torch.int64), 0) <= rows)
-    return taken
+    one = torch.zeros_like(key, dtype=torch.int64)
+    cap = torch.full((1,), rows, dtype=torch.int64, device=key.device)
+    return first_in_order(key_order(key, tiebreak), one, cap, rows, keep)

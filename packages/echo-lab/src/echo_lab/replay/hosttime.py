@@ -25,6 +25,7 @@ the host ran serially with the device.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -96,6 +97,17 @@ HEADER = (
     f"{'trace':<10} {'B':>4} {'arm':<11} {'host ms':>8} {'cpu ms':>7} {'gpu ms':>7} "
     f"{'share':>6} {'rows/req':>8} {'tok/s gpu':>10} {'+host':>9}"
 )
+
+
+def add_cell_arguments(p: argparse.ArgumentParser, repo: Path) -> None:
+    """The arguments every script over :func:`host_rows`' cells takes: ``--traces`` (the
+    repository's recorded traces), ``--gpu-cost`` (the measured H200 step), ``--batches`` and
+    ``--arms``."""
+    traces = repo / "traces"
+    p.add_argument("--traces", type=Path, nargs="+", default=sorted(traces.glob("trace-*.json.gz")))
+    p.add_argument("--gpu-cost", type=Path, default=traces / "cost-gpu-h200-llama8b.json")
+    p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256])
+    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS))
 
 
 def host_rows(
