@@ -167,7 +167,7 @@ def test_sglang_parser_takes_the_echo_flags(registered: Any) -> None:
         server_args_cls.from_cli_args(eagle)
 
 
-@pytest.mark.parametrize("backend", ["triton", "flashinfer", "fa3"])
+@pytest.mark.parametrize("backend", ["triton", "flashinfer", "fa3", "intel_amx"])
 def test_supported_attention_backends_pass_validation(registered: Any, backend: str) -> None:
     server_args = _real_server_args("--attention-backend", backend)
     registered.from_string(ALGORITHM).validate_server_args(server_args)
@@ -179,7 +179,8 @@ def test_supported_attention_backends_pass_validation(registered: Any, backend: 
     [
         ((), "needs --attention-backend set explicitly"),
         (("--attention-backend", "trtllm_mha"), "--attention-backend trtllm_mha"),
-        (("--attention-backend", "torch_native"), "only on triton, flashinfer, fa3"),
+        (("--attention-backend", "torch_native"), "only on triton, flashinfer, fa3, intel_amx"),
+        (("--attention-backend", "intel_amx", "--page-size", "16"), "needs --page-size 1"),
         (
             ("--attention-backend", "triton", "--decode-attention-backend", "flashmla"),
             "--decode-attention-backend flashmla",

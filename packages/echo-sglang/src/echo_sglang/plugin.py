@@ -8,7 +8,10 @@ before it parses arguments, then each scheduler and detokenizer process. It
    ``--speculative-algorithm ECHO`` resolves;
 2. hooks ``ServerArgs.add_cli_args`` to add the ``--speculative-echo-*`` flags
    (:mod:`~echo_sglang.args`), and ``ServerArgs.from_cli_args`` to export them to
-   the worker processes, rejecting ECHO flags given without ``--speculative-algorithm ECHO``.
+   the worker processes, rejecting ECHO flags given without ``--speculative-algorithm ECHO``;
+3. registers ECHO's own draft head as the model architecture ``EchoEagleHeadForCausalLM``
+   (:mod:`~echo_sglang.models.echo_head`) and hooks Llama's forward so a draft that asks for
+   the last layer gets the target's final hidden state (:mod:`~echo_sglang.final_capture`).
 
 Everything sglang is imported inside the functions: importing this module needs no sglang.
 """
@@ -29,6 +32,7 @@ from echo_sglang.args import (
 ALGORITHM = "ECHO"
 ADD_CLI_ARGS = "sglang.srt.server_args.ServerArgs.add_cli_args"
 FROM_CLI_ARGS = "sglang.srt.server_args.ServerArgs.from_cli_args"
+MODELS_PACKAGE = "echo_sglang.models"
 
 _done: list[str] = []
 """What this process already registered (SGLang's registries are process-global as well)."""
@@ -57,6 +61,14 @@ def register() -> None:
         HookRegistry.register(ADD_CLI_ARGS, add_cli_args_hook, HookType.AFTER)
         HookRegistry.register(FROM_CLI_ARGS, from_cli_args_hook, HookType.AFTER)
         _done.append("cli")
+    if "head" not in _done:
+        from sglang.srt.models.registry import ModelRegistry
+
+        from echo_sglang.final_capture import TARGET, final_capture_hook
+
+        ModelRegistry.register(MODELS_PACKAGE, overwrite=True)
+        HookRegistry.register(TARGET, final_capture_hook, HookType.AFTER)
+        _done.append("head")
 
 
 def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:
