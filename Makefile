@@ -1,11 +1,11 @@
 # Developer commands. `make run` and `make test` are the two a newcomer needs.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PACKAGES := echo-proto echo-controller echo-core echo-gating echo-scheduler echo-kernels echo-sglang echo-server echo-lab
+PACKAGES := echo-proto echo-controller echo-core echo-gating echo-scheduler echo-kernels echo-sgl-kernel echo-sglang echo-server echo-lab
 STAMP := $(VENV)/.echo-setup-stamp
 SETUP_INPUTS := scripts/setup.sh scripts/requirements-dev.txt $(wildcard packages/*/pyproject.toml)
 
-.PHONY: setup run test lint typecheck proto proto-check pytest format gpu-check-dry
+.PHONY: setup run test test-sglang lint typecheck proto proto-check pytest format gpu-check-dry
 
 $(STAMP): $(SETUP_INPUTS)
 	bash scripts/setup.sh
@@ -50,4 +50,10 @@ gpu-check-dry: $(STAMP)
 	PYTHON=$(PY) bash scripts/gpu_check.sh --dry-run
 
 pytest: $(STAMP)
-	$(PY) -m pytest -m "not gpu" -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+	$(PY) -m pytest -m "not gpu and not sglang_server" -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest: no tests collected"; exit 0; fi; exit $$rc
+
+## The SGLang tier: a real sglang.launch_server on the CPU with the ECHO plugin (its own venv,
+## built by scripts/sglang/setup_env.sh; about 3 GB). .ci/run calls it after `make test`.
+test-sglang: $(STAMP)
+	bash scripts/sglang/setup_env.sh
+	ECHO_SGLANG_REQUIRED=1 $(PY) -m pytest -m sglang_server -q -p no:cacheprovider tests/sglang_server

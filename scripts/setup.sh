@@ -33,6 +33,7 @@ export PIP_CONSTRAINT="${PIP_CONSTRAINT:+$PIP_CONSTRAINT }$PWD/$VENV/constraints
   -e packages/echo-gating \
   -e packages/echo-scheduler \
   -e "packages/echo-kernels[triton]" \
+  -e packages/echo-sgl-kernel \
   -e packages/echo-sglang \
   -e "packages/echo-server[models]" \
   -e "packages/echo-lab[plots]"

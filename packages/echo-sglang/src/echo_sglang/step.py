@@ -21,6 +21,7 @@ Nothing here imports sglang: it is exercised on CPU against SGLang's own Triton 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,13 +48,17 @@ VERIFY_FIELDS = (
 
 logger = logging.getLogger(__name__)
 
+LOG_FEEDBACK = "ECHO_SGLANG_LOG_FEEDBACK"
+"""Set to 1 to log every fed-back step (``echo_feedback ...``: running totals): tests, debugging."""
+
 
 class EchoStep:
     """ECHO's selection for one SGLang worker (the policy keeps per-step state).
 
     Counters for metrics: ``observed_steps``, ``accepted_tokens`` and ``verified_nodes`` (draft
     tokens, bonus excluded) over the steps SGLang reported back; ``refused_feedback`` counts
-    reports that did not match the planned step (logged, then dropped).
+    reports that did not match the planned step (logged, then dropped); ``drift_records`` the
+    ``(depth, confidence, accepted)`` observations handed to the drift monitor.
     """
 
     def __init__(self, config: EchoConfig, drift: DriftConfig | None = None) -> None:
@@ -63,7 +68,8 @@ class EchoStep:
         self._planned: tuple[TreeBatch, Selection] | None = None
         self._advised = False
         self.observed_steps = self.accepted_tokens = self.verified_nodes = 0
-        self.refused_feedback = 0
+        self.refused_feedback = self.drift_records = 0
+        self._log_feedback = os.environ.get(LOG_FEEDBACK, "0") == "1"
 
     def plan(
         self,
@@ -116,6 +122,7 @@ class EchoStep:
         if self.monitor is not None:
             obs = fed.observations
             self.monitor.observe(obs.depth, obs.confidence, obs.accepted)
+            self.drift_records += int(obs.depth.numel())
             report = self.monitor.check()
             if report.recalibrate and not self._advised:
                 logger.warning(
@@ -124,6 +131,12 @@ class EchoStep:
                     report.reason,
                 )
             self._advised = report.recalibrate
+        if self._log_feedback:
+            logger.info(
+                "echo_feedback steps=%d accepted=%d verified=%d drift_records=%d",
+                self.observed_steps, self.accepted_tokens, self.verified_nodes,
+                self.drift_records,
+            )  # fmt: skip
         return fed
 
     def drift(self) -> DriftReport | None:

@@ -137,7 +137,9 @@ class EchoEagleHeadForCausalLM(nn.Module):
                 f"prediction) or {(self.num_aux + 1) * h} (aux layers + final feature from the "
                 "target: is the echo plugin's final capture installed?)"
             )
-        x = self.fc(torch.cat([self.feature_norm(feature), self.token_norm(embeds)], dim=-1))
+        x: Tensor = self.fc(
+            torch.cat([self.feature_norm(feature), self.token_norm(embeds)], dim=-1)
+        )
         if aux is not None and self.aux_fc is not None:
             parts = _unit_rms(aux.reshape(*aux.shape[:-1], self.num_aux, h), self.eps)
             x = x + self.aux_fc(parts.reshape(aux.shape))
@@ -170,7 +172,7 @@ class EchoEagleHeadForCausalLM(nn.Module):
     def load_weights(self, weights: Iterable[tuple[str, Tensor]]) -> None:
         """Copy the checkpoint's tensors (module docstring) into place; ``draft_ids`` also
         becomes ``hot_token_id``, the map SGLang's worker applies to the draft's top-k."""
-        params = dict(self.named_parameters())
+        params: dict[str, Tensor] = dict(self.named_parameters())
         params.update(dict(self.named_buffers()))
         seen = set()
         for name, tensor in weights:
@@ -188,7 +190,7 @@ class EchoEagleHeadForCausalLM(nn.Module):
         missing = {n for n in params if not n.startswith("model.embed_tokens")} - seen
         if missing:
             raise ValueError(f"{ARCHITECTURE}: checkpoint lacks {sorted(missing)}")
-        self.hot_token_id = self.draft_ids.clone()
+        self.hot_token_id = params["draft_ids"].clone()
 
 
 EntryClass = [EchoEagleHeadForCausalLM]
