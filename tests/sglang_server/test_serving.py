@@ -3,7 +3,9 @@ plain and EAGLE-3 output, acceptance happening, feedback reaching the policy, ba
 
 Prompts: HumanEval (sent raw), MT-Bench first turns (chat template) and prompts built like the
 head's training data with another seed (hold-out style), as token ids through ``/generate`` so
-every server sees exactly the same input. The servers run float32 (harness).
+every server sees exactly the same input. The servers run float32 (harness). Tests that need a
+speculative server take ``spec`` (ECHO, then SGLang's EAGLE-3 with the same head), so pytest runs
+all of one mode's tests before starting the other.
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from echo_server.prompts import humaneval, mtbench
 pytestmark = [pytest.mark.sglang_server, pytest.mark.slow]
 
 NEW_TOKENS = 64
-SPEC_MODES = ("echo", "eagle3")
+Prompts = tuple[tuple[str, tuple[int, ...]], ...]
 
 
 @cache
-def prompt_ids(model_dir: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def prompt_ids(model_dir: str) -> Prompts:
     """(name, token ids) of the test prompts (module docstring)."""
     from transformers import AutoTokenizer
 
@@ -46,16 +48,24 @@ def prompt_ids(model_dir: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
 
 
 @pytest.fixture(scope="module")
-def prompts(sglang_env: Environment) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def prompts(sglang_env: Environment) -> Prompts:
     return prompt_ids(str(sglang_env.model))
 
 
 @pytest.fixture(scope="module")
-def plain_outputs(
-    server: Callable[[str], Server], prompts: tuple[tuple[str, tuple[int, ...]], ...]
-) -> dict[str, list[int]]:
+def plain_outputs(server: Callable[[str], Server], prompts: Prompts) -> dict[str, list[int]]:
     plain = server("plain")
     return {name: plain.generate(ids, NEW_TOKENS)["output_ids"] for name, ids in prompts}
+
+
+@pytest.fixture(scope="module", params=["echo", "eagle3"])
+def spec(
+    request: pytest.FixtureRequest,
+    server: Callable[[str], Server],
+    plain_outputs: dict[str, list[int]],
+) -> Server:
+    """A speculative server (module docstring); plain outputs are taken before it starts."""
+    return server(str(request.param))
 
 
 def accept_length(bodies: list[dict[str, Any]]) -> float:
@@ -65,41 +75,50 @@ def accept_length(bodies: list[dict[str, Any]]) -> float:
     return tokens / steps if steps else 1.0
 
 
-@pytest.mark.parametrize("mode", SPEC_MODES)
 def test_greedy_output_equals_plain_sglang_one_at_a_time(
-    server: Callable[[str], Server],
-    prompts: tuple[tuple[str, tuple[int, ...]], ...],
-    plain_outputs: dict[str, list[int]],
-    mode: str,
+    spec: Server, prompts: Prompts, plain_outputs: dict[str, list[int]]
 ) -> None:
-    spec = server(mode)
     bodies = []
     for name, ids in prompts:
         body = spec.generate(ids, NEW_TOKENS)
-        assert body["output_ids"] == plain_outputs[name], f"{mode} differs from plain on {name}"
+        assert body["output_ids"] == plain_outputs[name], f"{spec.mode} differs on {name}"
         bodies.append(body)
     mal = accept_length(bodies)
-    print(f"{mode}: mean accepted length {mal:.2f} over {len(bodies)} prompts")
-    assert mal > 1.0, f"{mode} accepted no draft token ({mal:.2f} tokens per verify pass)"
+    print(f"{spec.mode}: mean accepted length {mal:.2f} over {len(bodies)} prompts")
+    assert mal > 1.0, f"{spec.mode} accepted no draft token ({mal:.2f} tokens per verify pass)"
 
 
-@pytest.mark.parametrize("mode", SPEC_MODES)
 def test_greedy_output_equals_plain_sglang_at_concurrency_4(
-    server: Callable[[str], Server],
-    prompts: tuple[tuple[str, tuple[int, ...]], ...],
-    plain_outputs: dict[str, list[int]],
-    mode: str,
+    spec: Server, prompts: Prompts, plain_outputs: dict[str, list[int]]
 ) -> None:
-    spec = server(mode)
     with ThreadPoolExecutor(max_workers=4) as pool:
         bodies = list(pool.map(lambda p: spec.generate(p[1], NEW_TOKENS), prompts))
     for (name, _), body in zip(prompts, bodies, strict=True):
-        assert body["output_ids"] == plain_outputs[name], f"{mode} at c=4 differs on {name}"
+        assert body["output_ids"] == plain_outputs[name], f"{spec.mode} at c=4 differs on {name}"
     assert accept_length(bodies) > 1.0
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": -5}},
+        {"input_ids": [1, 2, 3], "sampling_params": {"temperature": -1.0}},
+        {"input_ids": [10**9], "sampling_params": {"max_new_tokens": 4}},
+        {"input_ids": list(range(9000)), "sampling_params": {"max_new_tokens": 4}},
+    ],
+    ids=["negative-max-new-tokens", "negative-temperature", "token-id-out-of-range", "too-long"],
+)
+def test_a_bad_request_gets_an_error_and_the_server_keeps_serving(
+    spec: Server, prompts: Prompts, plain_outputs: dict[str, list[int]], body: dict[str, Any]
+) -> None:
+    code, answer = spec.post("/generate", body)
+    assert 400 <= code < 500, (code, answer)
+    name, ids = prompts[0]
+    assert spec.generate(ids, NEW_TOKENS)["output_ids"] == plain_outputs[name]
+
+
 def test_verify_feedback_reaches_the_policy_and_the_drift_monitor(
-    server: Callable[[str], Server], prompts: tuple[tuple[str, tuple[int, ...]], ...]
+    server: Callable[[str], Server], prompts: Prompts
 ) -> None:
     echo = server("echo")
     before = _feedback(echo)
@@ -118,26 +137,3 @@ def _feedback(server: Server) -> dict[str, int]:
     if not found:
         return {"steps": 0, "accepted": 0, "verified": 0, "drift_records": 0}
     return {k: int(v) for k, v in (kv.split("=") for kv in found[-1].split())}
-
-
-@pytest.mark.parametrize(
-    ("body", "status"),
-    [
-        ({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": -5}}, 400),
-        ({"input_ids": [1, 2, 3], "sampling_params": {"temperature": -1.0}}, 400),
-        ({"input_ids": [10**9], "sampling_params": {"max_new_tokens": 4}}, 400),
-        ({"input_ids": list(range(9000)), "sampling_params": {"max_new_tokens": 4}}, 400),
-    ],
-)
-def test_a_bad_request_gets_an_error_and_the_server_keeps_serving(
-    server: Callable[[str], Server],
-    prompts: tuple[tuple[str, tuple[int, ...]], ...],
-    plain_outputs: dict[str, list[int]],
-    body: dict[str, Any],
-    status: int,
-) -> None:
-    echo = server("echo")
-    code, answer = echo.post("/generate", body)
-    assert code == status, answer
-    name, ids = prompts[0]
-    assert echo.generate(ids, NEW_TOKENS)["output_ids"] == plain_outputs[name]

@@ -11,7 +11,9 @@ before it parses arguments, then each scheduler and detokenizer process. It
    the worker processes, rejecting ECHO flags given without ``--speculative-algorithm ECHO``;
 3. registers ECHO's own draft head as the model architecture ``EchoEagleHeadForCausalLM``
    (:mod:`~echo_sglang.models.echo_head`) and hooks Llama's forward so a draft that asks for
-   the last layer gets the target's final hidden state (:mod:`~echo_sglang.final_capture`).
+   the last layer gets the target's final hidden state (:mod:`~echo_sglang.final_capture`);
+4. refuses prompt token ids outside the vocabulary with a 400 instead of letting them crash the
+   scheduler (:mod:`~echo_sglang.input_check`).
 
 Everything sglang is imported inside the functions: importing this module needs no sglang.
 """
@@ -69,6 +71,11 @@ def register() -> None:
         ModelRegistry.register(MODELS_PACKAGE, overwrite=True)
         HookRegistry.register(TARGET, final_capture_hook, HookType.AFTER)
         _done.append("head")
+    if "inputs" not in _done:
+        from echo_sglang import input_check
+
+        HookRegistry.register(input_check.TARGET, input_check.input_check_hook, HookType.BEFORE)
+        _done.append("inputs")
 
 
 def add_cli_args_hook(result: Any, parser: argparse.ArgumentParser) -> None:

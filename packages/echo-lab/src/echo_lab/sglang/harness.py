@@ -145,11 +145,24 @@ class Server:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def pause(self) -> None:
+        """Stop every process of the server (SIGSTOP). SGLang's idle scheduler polls without
+        sleeping, a core's worth of CPU per idle server: on a small CPU, servers that are not
+        being measured or queried must be paused."""
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Continue a paused server (SIGCONT)."""
+        if self.alive():
+            os.killpg(self.process.pid, signal.SIGCONT)
+
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         if self.alive():
+            os.killpg(self.process.pid, signal.SIGCONT)
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=30)
