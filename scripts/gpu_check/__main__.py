@@ -54,7 +54,9 @@ ALL_PARTS = ("cost", "cost-triton", "engine", "attention", "tier", "tiles", "sch
 DRY_TIMEOUT_S = 120
 GPU_MODULES = ("echo_core", "echo_gating", "echo_scheduler", "echo_kernels", "echo_sglang")
 SERVER_SUBPACKAGES = ("engine", "model", "drafting", "kv")
-NOT_ON_GPU_PATH = frozenset({"echo_sglang.spec_algo", "echo_sglang.worker"})
+NOT_ON_GPU_PATH = frozenset(
+    {"echo_sglang.spec_algo", "echo_sglang.worker", "echo_sglang.models.echo_head"}
+)
 """Modules the GPU run never imports: echo-sglang's SGLang-facing ones (``sglang`` is absent)."""
 
 

@@ -21,6 +21,7 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,9 @@ def _prompts(args: argparse.Namespace) -> list[Prompt]:
     return [pool[i % len(pool)] for i in range(args.num_prompts)]
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, on_cell: Callable[[str], None] | None = None) -> int:
+    """The command (module docstring). ``on_cell(name)`` runs before each (round, rate,
+    endpoint) cell's load, e.g. to resume that endpoint's server and pause the others."""
     if args.rounds < 1 or args.num_prompts < 1:
         raise SystemExit("echo-sd bench-serve: --rounds and --num-prompts must be >= 1")
     names = [e.name for e in args.endpoint]
@@ -122,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
             offsets = arrival_offsets(len(prompts), rate_value, args.seed + r)
             for name in rotated(names, r):
                 bar.set_description(f"round {r + 1} rate {rate_value:g} {name}")
+                if on_cell is not None:
+                    on_cell(name)
                 results, duration = asyncio.run(
                     run_load(
                         by_name[name],
