@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
+from replace_dir import replace_dir
 from safetensors.torch import save_file
 
 from echo_server.assets import DEFAULT_HEAD
@@ -63,15 +62,12 @@ def export(head_path: Path, gguf: Path, out: Path) -> Path:
         },
         "echo_head": c.to_dict(),
     }
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+
+    def write(tmp: Path) -> None:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    replace_dir(out, write)
     print(f"export_head: wrote {out} ({head.num_parameters()} parameters, aux {c.aux_layers})")
     return out
 
@@ -82,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--head", type=Path, default=DEFAULT_HEAD, help="default: the shipped head")
     p.add_argument("--gguf", type=Path, default=None, help="default: the embedded SmolLM2")
     a = p.parse_args(argv)
-    a.out.parent.mkdir(parents=True, exist_ok=True)
     export(a.head, a.gguf or embedded_gguf_path(), a.out)
     return 0
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
+from replace_dir import replace_dir
 from safetensors.torch import save_file
 
 from echo_server.model.gguf_weights import GGUFCheckpoint, read_gguf
@@ -76,9 +75,8 @@ def export(gguf: Path, out: Path, dtype: str) -> Path:
     if ckpt.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     tok = load_tokenizer(gguf)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+
+    def write(tmp: Path) -> None:
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         tok._hf.save_pretrained(str(tmp))
@@ -86,11 +84,8 @@ def export(gguf: Path, out: Path, dtype: str) -> Path:
         generation = {"eos_token_id": eos[0] if len(eos) == 1 else eos}
         (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
         (tmp / ".complete").write_text(stamp)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    replace_dir(out, write)
     print(f"export_model: wrote {out} ({dtype}, {len(state)} tensors)")
     return out
 

@@ -57,13 +57,21 @@ def fused_add_rmsnorm_cpu(
     The norm is taken over the float32 sum, not over its rounded copy in ``residual``.
     """
     _check(input, weight, eps)
+    _add_then_normalize(input, residual, weight, eps)
+
+
+def _add_then_normalize(
+    input: torch.Tensor, residual: torch.Tensor, gain: torch.Tensor, eps: float
+) -> None:
+    """In place: s = x + r (float32); ``residual`` <- s; ``input`` <- s / sqrt(mean(s^2) + eps) *
+    gain (the fused-add norms differ only in their gain)."""
     if residual.shape != input.shape:
         raise ValueError(
             f"residual shape {tuple(residual.shape)} != input shape {tuple(input.shape)}"
         )
     summed = input.float() + residual.float()
     residual.copy_(summed)
-    input.copy_(_rms_normalize(summed, eps) * weight)
+    input.copy_(_rms_normalize(summed, eps) * gain)
 
 
 def gemma_rmsnorm_cpu(input: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -77,13 +85,7 @@ def gemma_fused_add_rmsnorm_cpu(
 ) -> None:
     """In place: s = x + r; ``residual`` <- s; ``input`` <- s / sqrt(mean(s^2) + eps) * (1 + w)."""
     _check(input, weight, eps)
-    if residual.shape != input.shape:
-        raise ValueError(
-            f"residual shape {tuple(residual.shape)} != input shape {tuple(input.shape)}"
-        )
-    summed = input.float() + residual.float()
-    residual.copy_(summed)
-    input.copy_(_rms_normalize(summed, eps) * (1.0 + weight.float()))
+    _add_then_normalize(input, residual, 1.0 + weight.float(), eps)
 
 
 def gemma3_rmsnorm_cpu(input: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

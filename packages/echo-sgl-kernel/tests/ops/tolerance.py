@@ -3,28 +3,23 @@
 A value computed by a length-n reduction in floating point, with every stored intermediate
 rounded to ``dtype`` and the sums accumulated in ``acc`` (float32 for 16-bit types, else the
 dtype itself), is off by about ``scale * (eps(dtype) + eps(acc) * sqrt(n))``, where ``scale`` is
-the magnitude of the reduced terms (Higham's statistical rule of thumb). The tests compare an op
-against a float64 reference, so only the op's side rounds; ``SAFETY = 4`` covers the largest of
-many compared elements (about 5 standard deviations of one rounded side, 3.5 eps, rounded up).
+the magnitude of the reduced terms (Higham's statistical rule of thumb; echo_core.tolerance
+derives it). The tests compare an op against a float64 reference, so only the op's side rounds.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-SAFETY = 4.0
-_HALF_TYPES = (torch.float16, torch.bfloat16)
+from echo_core.tolerance import SAFETY, float_tolerance
+
+__all__ = ["SAFETY", "assert_close", "tolerance"]
 
 
 def tolerance(dtype: torch.dtype, reduction: int, *, scale: float = 1.0) -> float:
-    """atol = SAFETY * scale * (eps(dtype) + eps(acc) * sqrt(reduction))."""
-    if reduction < 1 or scale < 0:
-        raise ValueError(f"reduction must be >= 1 and scale >= 0, got {reduction} and {scale}")
-    acc = torch.float32 if dtype in _HALF_TYPES else dtype
-    unit = torch.finfo(dtype).eps + torch.finfo(acc).eps * math.sqrt(reduction)
-    return SAFETY * scale * unit
+    """atol = SAFETY * scale * (eps(dtype) + eps(acc) * sqrt(reduction)): echo-core's
+    :func:`~echo_core.tolerance.float_tolerance` for one stage."""
+    return float_tolerance(dtype, reduction, scale=scale)
 
 
 def assert_close(

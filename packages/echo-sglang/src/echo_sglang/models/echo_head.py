@@ -58,11 +58,11 @@ def _unit_rms(v: Tensor, eps: float) -> Tensor:
     return (vf * torch.rsqrt(vf.pow(2).mean(-1, keepdim=True) + eps)).to(v.dtype)
 
 
-def _rotate(x: Tensor, positions: Tensor, theta: float) -> Tensor:
-    """Rotate-half RoPE of ``x`` [T, heads, D] at ``positions`` [T]: angles ``p theta^(-2i/D)``."""
+def _rotate(x: Tensor, positions: Tensor, inv: Tensor) -> Tensor:
+    """Rotate-half RoPE of ``x`` [T, heads, D] at ``positions`` [T]: angles ``p inv_i`` with
+    ``inv_i = theta^(-2i/D)`` (float32, computed once per model)."""
     d = x.shape[-1]
-    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
-    ang = positions.to(torch.float32)[:, None] * inv
+    ang = positions.to(torch.float32)[:, None] * inv.float()
     cos, sin = ang.cos()[:, None, :].to(x.dtype), ang.sin()[:, None, :].to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
@@ -70,6 +70,8 @@ def _rotate(x: Tensor, positions: Tensor, theta: float) -> Tensor:
 
 class EchoEagleHeadForCausalLM(nn.Module):
     """The head (module docstring) with SGLang's attention, KV cache and logits processor."""
+
+    inv_freq: Tensor  # [head_dim / 2] RoPE inverse frequencies theta^(-2i / head_dim)
 
     def __init__(self, config: Any, quant_config: Any = None, prefix: str = "") -> None:
         super().__init__()
@@ -106,6 +108,8 @@ class EchoEagleHeadForCausalLM(nn.Module):
         self.final_norm = _RMSNorm(h, self.eps)
         self.lm_head = ParallelLMHead(draft_vocab, h)
         self.register_buffer("draft_ids", torch.arange(draft_vocab), persistent=True)
+        steps = torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim
+        self.register_buffer("inv_freq", self.theta**-steps, persistent=False)
         logits_config = copy.deepcopy(config)
         logits_config.vocab_size = draft_vocab  # the processor sizes logits by it
         self.logits_processor = LogitsProcessor(logits_config)
@@ -161,8 +165,8 @@ class EchoEagleHeadForCausalLM(nn.Module):
         q_out, kv_out = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         q, k, v = self.qkv(self.attn_norm(x)).split([q_out, kv_out, kv_out], dim=-1)
         t = x.shape[0]
-        q = _rotate(q.reshape(t, self.num_heads, self.head_dim), positions, self.theta)
-        k = _rotate(k.reshape(t, self.num_kv_heads, self.head_dim), positions, self.theta)
+        q = _rotate(q.reshape(t, self.num_heads, self.head_dim), positions, self.inv_freq)
+        k = _rotate(k.reshape(t, self.num_kv_heads, self.head_dim), positions, self.inv_freq)
         attn = self.attn(q.reshape(t, q_out), k.reshape(t, kv_out), v.contiguous(), forward_batch)
         x = x + self.o_proj(attn.reshape(t, q_out))
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
@@ -172,8 +176,10 @@ class EchoEagleHeadForCausalLM(nn.Module):
     def load_weights(self, weights: Iterable[tuple[str, Tensor]]) -> None:
         """Copy the checkpoint's tensors (module docstring) into place; ``draft_ids`` also
         becomes ``hot_token_id``, the map SGLang's worker applies to the draft's top-k."""
-        params: dict[str, Tensor] = dict(self.named_parameters())
-        params.update(dict(self.named_buffers()))
+        saved = set(self.state_dict())  # parameters and persistent buffers (not inv_freq)
+        params: dict[str, Tensor] = {
+            n: t for n, t in [*self.named_parameters(), *self.named_buffers()] if n in saved
+        }
         seen = set()
         for name, tensor in weights:
             if name not in params:
