@@ -241,18 +241,26 @@ class _FullRanking(EchoPolicy):
             return DraftPlan.finished(pool.device)
         last = ix.by_depth[d - 1]
         bound, guess = self._child_keys(pool, key.index_select(0, last), last, ix.req[last])
-        ok = (kept & (active & (held < caps))[ix.req])[last]
+        ok = (kept & active[ix.req])[last]
         if full or self.batch.min_utility > 0:
             ok &= bound >= weakest
+        # a request holding its cap expands only where a child beats its weakest kept node
+        own_least = torch.tensor(
+            [float(key[kept & (ix.req == b)].min()) if int(n) else 0.0 for b, n in enumerate(held)]
+        )
+        at_cap = (held >= caps) & (held > 0)
+        own_weakest = torch.where(at_cap, own_least, -torch.inf)[ix.req[last]]
+        ok &= bound >= own_weakest
+        node_weakest = torch.maximum(weakest, own_weakest)
         if self.batch.node_price:
-            ok &= guess - weakest > self.batch.node_price
+            ok &= guess - node_weakest > self.batch.node_price
         candidates = torch.zeros(pool.num_nodes, dtype=torch.bool, device=pool.device)
         candidates[last] = ok
         nodes = (ranks_in_order(group, grouped, candidates) < k0).nonzero().squeeze(1)
         guess_at = torch.zeros_like(key)
-        guess_at[last] = guess
+        guess_at[last] = guess - node_weakest
         node_price = self.batch.node_price or 0.0
-        gain = float((guess_at[nodes] - weakest - node_price).clamp(min=0).sum())
+        gain = float((guess_at[nodes] - node_price).clamp(min=0).sum())
         if nodes.numel() == 0 or gain < self._depth_price():
             return DraftPlan.finished(pool.device)
         self._expanded += int(nodes.numel())
@@ -407,3 +415,34 @@ def test_the_selection_and_its_cut_make_no_host_sync(budget: int) -> None:
                 )  # fmt: skip
                 assert drive_step(policy, SimSource(step), batch_in, strict=True).depths >= 1
             assert policy.syncs == [0] * len(steps), (batch, gate.mode, policy.syncs)
+
+
+@FAST
+@given(
+    seed=st.integers(0, 10_000),
+    budget=st.integers(1, 24),
+    floor=st.sampled_from([0.0, 0.1]),
+    node_price=st.sampled_from([None, 0.05]),
+)
+def test_a_cap_equal_to_the_budget_decides_as_the_budget_alone_at_batch_one(
+    seed: int, budget: int, floor: float, node_price: float | None
+) -> None:
+    """One request, its cap ``K``: the cap is the budget, so ECHO drafts the same depths and
+    nodes and selects the same rows as with K alone. (SGLang caps each request at N - 1 nodes;
+    before 2026-12-06 a request at its cap stopped drafting while a full budget did not, which
+    kept unlikely depth-1 siblings instead of deeper drafts.)"""
+    step = _step(seed, 1)
+    for gate in (GatePolicy.none(), stepped_gate(), _gated_maps()):
+        runs = []
+        for cap in (budget, 1 << 30):
+            policy = EchoPolicy(CONFIG, gate)
+            batch_in = StepBatch(
+                1, budget, torch.tensor([cap]), min_utility=floor, node_price=node_price,
+                depth_price=0.01,
+            )  # fmt: skip
+            runs.append(drive_step(policy, SimSource(step), batch_in, strict=True))
+        capped, free = runs
+        assert capped.depths == free.depths
+        assert capped.expansions == free.expansions
+        assert torch.equal(capped.pool.token, free.pool.token)
+        assert torch.equal(capped.keep, free.keep)

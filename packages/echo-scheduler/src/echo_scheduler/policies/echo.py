@@ -22,14 +22,17 @@ deeper, then wider. The selection for K is a subset of the one for K + 1 on the 
 with K >= every eligible node all of them are selected.
 
 Drafting. Every expanded node is drafted into ``W = max(k0, Wmax)`` children, so the pool holds
-the siblings width may take. After depth d, each request not truncated and below its cap
-expands its band's depth-d nodes that the depth tier selects under the budget and the caps and
-whose children could still be selected: ``min(u'_f, m_{d+1}(log P_f))`` (an upper bound of any
-child's key) must reach the key ``w`` of the weakest selected node (``w = u_min`` while the
-budget is not full). Drafting stops when no node qualifies or when the depth's estimated gain
-``sum_f max(0, c_f - w - node price)`` (``c_f``: estimated best-child key, ``_child_keys``) is
-below the price of one more drafter call (``batch.depth_price``, else
-``config.min_depth_gain``).
+the siblings width may take. After depth d, each request not truncated expands its band's
+depth-d nodes that the depth tier selects under the budget and the caps and whose children
+could still be selected: ``min(u'_f, m_{d+1}(log P_f))`` (an upper bound of any child's key)
+must reach the key ``w`` of the weakest selected node (``w = u_min`` while the budget is not
+full) and, for a request holding its cap ``cap_b``, the key ``w_b`` of its own weakest selected
+node (a child would displace it). So a cap binds as the budget does: at B = 1 a cap of K
+decides exactly as K (before 2026-12-06 a request at its cap stopped drafting, which inside
+SGLang, whose per-request cap is N - 1, kept ECHO's trees at depth 2). Drafting stops when no
+node qualifies or when the depth's estimated gain ``sum_f max(0, c_f - max(w, w_b) - node
+price)`` (``c_f``: estimated best-child key, ``_child_keys``) is below the price of one more
+drafter call (``batch.depth_price``, else ``config.min_depth_gain``).
 
 Elastic floor and cut. The engine may pass ``batch.min_utility = u_min``, the acceptance a node
 needs to pay for its verify row: with ``R`` the step's throughput and ``dt`` the marginal verify
@@ -77,7 +80,7 @@ ranking (tier order + :func:`~echo_scheduler.ranking.budgeted_select`) bit for b
 ranking costs on a GPU: docs/BENCHMARKS.md, 2026-12-04.
 
 Host syncs (each one a stall on a GPU). Per step: the live request count. Per drafted depth:
-one read of three flags (a request still active, the budget full, a cap binding) and one
+one read of three flags (a request still active, the budget full, a request at its cap) and one
 ``nonzero`` for the nodes to expand, whose count sizes the drafter's call; one more ``nonzero``
 over the band when the budget or a cap binds. The depth's new nodes are the ones the previous
 pool lacked (a count the host knows: ``nonzero_static``); the selection and its exact cut make
@@ -295,7 +298,7 @@ class EchoPolicy(BasePolicy):
 
     def _next_plan(self, pool: TreeBatch) -> DraftPlan:
         """Which depth-d nodes to expand (module docstring: drafting). Host syncs: one read of
-        three flags (a request still active, the budget full, a cap binding), one ``nonzero``
+        three flags (a request still active, the budget full, a request at its cap), one ``nonzero``
         for the nodes to expand (their count sizes the drafter call), and one more ``nonzero``
         over the band only when the budget or a cap binds."""
         d, caps, budget = self.depth, self.batch.max_nodes, self.batch.budget
@@ -308,12 +311,14 @@ class EchoPolicy(BasePolicy):
         # the depth tier under the budget and the caps: the band when it fits (the weakest
         # selected key is then the floor), else its K best nodes, at most cap_b of request b
         held = self._band_held
-        flags = torch.stack([active.any(), held.sum() >= budget, (held > caps).any()])
+        at_cap = (held >= caps) & (held > 0)
+        flags = torch.stack([active.any(), held.sum() >= budget, at_cap.any()])
         any_active, full, binds = flags.tolist()
         if not any_active:
             return DraftPlan.finished(pool.device)
         floor = torch.tensor(self.batch.min_utility, device=pool.device)
         weakest, filled = floor, torch.zeros((), dtype=torch.bool, device=pool.device)
+        capped = torch.full_like(held, -torch.inf, dtype=torch.float32)  # no request at its cap
         kept_now = band.index_select(0, last)
         if full or binds:
             idx = band.nonzero().squeeze(1)
@@ -323,15 +328,20 @@ class EchoPolicy(BasePolicy):
             top = first_in_order(kpos, owner, caps, budget)
             held = torch.zeros_like(held).index_add_(0, owner, top.to(torch.int64))
             filled = held.sum() >= budget
-            least = torch.where(top, own, torch.inf).min()  # the weakest kept key
+            kept_keys = torch.where(top, own, torch.inf)
+            least = kept_keys.min()  # the weakest kept key
             weakest = torch.where(filled, torch.maximum(least, floor), floor)
+            capped = self._weakest_at_cap(kept_keys, owner, held, caps)
             kept_now = torch.zeros_like(band).index_copy_(0, idx, top).index_select(0, last)
         bound, guess = self._child_keys(pool, key.index_select(0, last), last, req)
-        ok = kept_now & (active & (held < caps)).index_select(0, req)
+        ok = kept_now & active.index_select(0, req)
         if self.batch.min_utility > 0:
             ok &= bound >= weakest
         else:
             ok &= (bound >= weakest) | ~filled
+        own_weakest = capped.index_select(0, req)  # a request at its cap: a child must beat it
+        ok &= bound >= own_weakest
+        weakest = torch.maximum(weakest, own_weakest)  # what an expanded node's child displaces
         node_price = self.batch.node_price or 0.0
         if self.batch.node_price:  # each expanded node pays for its drafter row (0: free)
             ok &= guess - weakest > self.batch.node_price
@@ -342,6 +352,16 @@ class EchoPolicy(BasePolicy):
             return DraftPlan.finished(pool.device)
         self._expanded += int(nodes.numel())
         return expand_all(nodes, self.config.draft_width)
+
+    @staticmethod
+    def _weakest_at_cap(kept_keys: Tensor, owner: Tensor, held: Tensor, caps: Tensor) -> Tensor:
+        """[B] float32: ``w_b = min key of request b's kept band nodes`` where b holds its cap
+        (``held_b >= cap_b``), else ``-inf``. A request at its cap still expands a kept node
+        whose children's bound reaches ``w_b``: such a child could displace the request's
+        weakest kept node in the selection, the rule a full budget applies with ``w``."""
+        least = torch.full(held.shape, torch.inf, dtype=kept_keys.dtype, device=held.device)
+        least = least.scatter_reduce(0, owner, kept_keys, reduce="amin")
+        return torch.where(held >= caps, least, -torch.inf)
 
     def _extend_band(self, pool: TreeBatch, d: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Carry keys and band to depth d (``_carry``, ``_band_held``); returns ``u'`` and the
