@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from echo_lab.training.dataset import (
@@ -33,6 +35,18 @@ def test_split_is_by_prompt_id_and_independent_of_order() -> None:
     assert held
     assert len(train) + len(held) == 60
     assert split(list(reversed(seqs))) == (train, held)
+
+
+def test_a_held_out_prompts_sampled_continuations_are_used_nowhere() -> None:
+    """Sampled continuations follow their prompt into the split; held-out keeps only greedy
+    answers (its agreement is against the target's greedy token)."""
+    base = sequences(60, 4, 11)
+    sampled = [dataclasses.replace(s, prompt_id=f"{s.prompt_id}~s1") for s in base]
+    train, held = split([*base, *sampled])
+    assert {s.prompt_id for s in held} == {s.prompt_id for s in split(base)[1]}
+    held_prompts = {s.prompt_id for s in held}
+    assert not any(s.prompt_id.split("~s")[0] in held_prompts for s in train)
+    assert len(train) == 2 * len(split(base)[0])
 
 
 def test_batches_respect_the_token_budget_and_cover_every_sequence() -> None:

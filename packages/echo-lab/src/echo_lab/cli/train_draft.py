@@ -51,6 +51,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=192, help="answer length cap")
     p.add_argument("--gen-batch", type=int, default=64, help="requests decoded together")
     p.add_argument(
+        "--samples-per-prompt",
+        type=int,
+        default=0,
+        help="sampled continuations per prompt besides the greedy answer (held-out prompts' "
+        "are never used)",
+    )
+    p.add_argument("--sample-temperature", type=float, default=1.0)
+    p.add_argument(
         "--aux-layers",
         type=int,
         nargs="*",
@@ -118,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
                 max_tokens=args.max_tokens,
                 max_batch=args.gen_batch,
                 aux_layers=aux_layers_for(args.aux_layers, loaded.model.config.num_layers),
+                samples=args.samples_per_prompt,
+                temperature=args.sample_temperature,
+                seed=args.seed,
             )
         except ValueError as exc:  # bad --prompts / --aux-layers, or shards of other layers
             print(f"echo-sd train-draft: error: {exc}", file=sys.stderr)

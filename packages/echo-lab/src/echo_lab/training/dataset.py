@@ -12,7 +12,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from echo_lab.training.selfdistill import SHARD_GLOB, DistilledSequence, read_shard
+from echo_lab.training.selfdistill import (
+    SHARD_GLOB,
+    DistilledSequence,
+    is_sampled,
+    prompt_of,
+    read_shard,
+)
 
 HELDOUT_EVERY = 20
 """One prompt in ``HELDOUT_EVERY`` (by a hash of its id) is held out from training."""
@@ -40,18 +46,21 @@ def load_sequences(data_dir: Path) -> list[DistilledSequence]:
     return [s for shard in shards for s in read_shard(shard)]
 
 
-def is_heldout(prompt_id: str) -> bool:
-    return zlib.crc32(prompt_id.encode()) % HELDOUT_EVERY == 0
+def is_heldout(sequence_id: str) -> bool:
+    """Whether the prompt a sequence answers is held out (a hash of the prompt id, so its
+    sampled continuations go with it)."""
+    return zlib.crc32(prompt_of(sequence_id).encode()) % HELDOUT_EVERY == 0
 
 
 def split(
     seqs: Sequence[DistilledSequence],
 ) -> tuple[list[DistilledSequence], list[DistilledSequence]]:
-    """(train, held-out), each sorted by prompt id so the order is independent of shard order."""
+    """(train, held-out), each sorted by sequence id so the order is independent of shard
+    order. Held-out: the greedy answers of held-out prompts only (teacher-forced agreement
+    compares with the target's greedy token); their sampled continuations are used nowhere."""
     ordered = sorted(seqs, key=lambda s: s.prompt_id)
-    return [s for s in ordered if not is_heldout(s.prompt_id)], [
-        s for s in ordered if is_heldout(s.prompt_id)
-    ]
+    train = [s for s in ordered if not is_heldout(s.prompt_id)]
+    return train, [s for s in ordered if is_heldout(s.prompt_id) and not is_sampled(s.prompt_id)]
 
 
 def answer_tokens(seqs: Sequence[DistilledSequence]) -> Iterator[int]:

@@ -11,8 +11,9 @@ Shards (``shard_00000.safetensors``, ...) hold ``tokens`` [sum(T+1)] int32, ``fe
 [sum(T), H] float16, ``cu_features`` [S+1] int64 and ``prompt_len`` [S] int32; the metadata
 lists the prompt ids. With ``aux_layers`` (EAGLE-3-style multi-layer features) they also hold
 ``aux`` [sum(T), L*H] float16: the residual stream after each listed target layer, concatenated
-in list order, and the metadata names the layers. Generation is resumable: prompts already in a
-shard are skipped (the layers must match the stored shards').
+in list order, and the metadata names the layers. Generation is resumable: sequences already in a
+shard are skipped (the layers must match the stored shards'). With ``samples`` each prompt is also
+answered by sampling (:data:`SAMPLE_MARK` names those sequences).
 """
 
 from __future__ import annotations
@@ -40,6 +41,23 @@ from echo_server.prompts import Prompt
 log = structlog.get_logger(__name__)
 
 SHARD_GLOB = "shard_*.safetensors"
+SAMPLE_MARK = "~s"
+"""A sampled continuation's sequence id: ``<prompt id>~s<k>`` (k = 1..samples); the greedy
+answer keeps the prompt id."""
+
+
+def sequence_ids(prompt_id: str, samples: int) -> list[str]:
+    """The greedy answer's id, then each sampled continuation's (:data:`SAMPLE_MARK`)."""
+    return [prompt_id, *(f"{prompt_id}{SAMPLE_MARK}{k}" for k in range(1, samples + 1))]
+
+
+def prompt_of(sequence_id: str) -> str:
+    """The prompt id a sequence answers (its greedy or a sampled continuation)."""
+    return sequence_id.split(SAMPLE_MARK, 1)[0]
+
+
+def is_sampled(sequence_id: str) -> bool:
+    return SAMPLE_MARK in sequence_id
 
 
 @dataclass(slots=True)
@@ -94,7 +112,7 @@ class FeatureRecorder(NullDrafter):
 
 
 def done_prompt_ids(out_dir: Path) -> set[str]:
-    """Prompt ids already stored in ``out_dir``'s shards."""
+    """Sequence ids (:func:`sequence_ids`) already stored in ``out_dir``'s shards."""
     done: set[str] = set()
     for shard in sorted(out_dir.glob(SHARD_GLOB)):
         done.update(read_shard_meta(shard).prompt_ids)
@@ -174,11 +192,22 @@ def generate_dataset(
     max_prompt_tokens: int = 320,
     shard_size: int = 64,
     aux_layers: Sequence[int] = (),
+    samples: int = 0,
+    temperature: float = 1.0,
+    seed: int = 0,
 ) -> int:
-    """Answer every prompt not yet stored with greedy plain decoding; returns new sequences.
+    """Answer every prompt not yet stored with greedy plain decoding, and ``samples`` more
+    times by sampling at ``temperature`` (seeded per sequence: ``seed``, the prompt's index
+    and k); returns new sequences. Sampled continuations add contexts the target reaches but
+    its greedy answer does not; their labels are still the target's distribution (the
+    features), so they teach the same function.
 
     ``aux_layers``: also record the residual stream after these target layers (module
     docstring); must match what earlier runs stored in ``out_dir``."""
+    if samples < 0:
+        raise ValueError(f"samples must be >= 0, got {samples}")
+    if samples and not temperature > 0:
+        raise ValueError(f"sampled continuations need a temperature > 0, got {temperature}")
     out_dir.mkdir(parents=True, exist_ok=True)
     stored = stored_aux_layers(out_dir)
     if stored is not None and stored != tuple(aux_layers):
@@ -187,7 +216,6 @@ def generate_dataset(
             "use another work dir or the same layers"
         )
     done = done_prompt_ids(out_dir)
-    todo = [p for p in prompts if p.prompt_id not in done]
     recorder = FeatureRecorder(aux_layers)
     engine = Engine(
         loaded.model,
@@ -196,17 +224,23 @@ def generate_dataset(
         recorder,
         EngineConfig(budget=0, max_batch=max_batch, kv_slots=max_batch * 640 + 64),
     )
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     prompt_len: dict[str, int] = {}
-    for p in todo:
-        request = GenerationRequest(p.prompt_id, prompt=p.text, chat=p.chat, params=params)
-        engine.submit(request)
-        n = len(engine.requests[p.prompt_id].prompt_ids)
-        if n > max_prompt_tokens:
-            engine.cancel(p.prompt_id)
-            engine.pop_finished(p.prompt_id)
-            continue
-        prompt_len[p.prompt_id] = n
+    for i, p in enumerate(prompts):
+        for k, sid in enumerate(sequence_ids(p.prompt_id, samples)):
+            if sid in done:
+                continue
+            params = greedy
+            if k:
+                sample_seed = (seed * len(prompts) + i) * (samples + 1) + k
+                params = SamplingParams(temperature, max_tokens=max_tokens, seed=sample_seed)
+            engine.submit(GenerationRequest(sid, prompt=p.text, chat=p.chat, params=params))
+            n = len(engine.requests[sid].prompt_ids)
+            if n > max_prompt_tokens:
+                engine.cancel(sid)
+                engine.pop_finished(sid)
+                continue
+            prompt_len[sid] = n
     shard_index = len(list(out_dir.glob(SHARD_GLOB)))
     pending: list[DistilledSequence] = []
     written = 0
