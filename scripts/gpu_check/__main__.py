@@ -236,7 +236,8 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
                 f"{len(r['near_ties'])} near ties, {len(r['mismatches'])} mismatches, "
                 f"accepted length {r['mean_accepted_length']}, "
                 f"host syncs/step {r['host_syncs_per_step']}, "
-                f"device violations {r['device_violations']}",
+                f"device violations {r['device_violations']}, "
+                f"verify passes timed {r.get('timed_passes')} (unread {r.get('untimed_passes')})",
                 flush=True,
             )
     if part == "schedule" and "cells" in result:

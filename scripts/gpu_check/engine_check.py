@@ -13,7 +13,9 @@ sums, so a mismatch is tolerated only where plain decoding's own top-2 logit gap
 diverging position is below ``NEAR_TIE`` (as in echo-server's tests/engine/test_lossless.py);
 such cases are counted in the result, never hidden. The first decode steps also run under
 echo-core's :class:`~echo_core.testing.HostSyncCounter` and (non-strict)
-:class:`~echo_core.testing.DeviceGuard`, whose counts go into the summary.
+:class:`~echo_core.testing.DeviceGuard`, whose counts go into the summary. Every verify pass
+must reach the live cost model (engine/pass_timing.py: wall time on the CPU, CUDA events read
+without a sync on the GPU): ``timed_passes`` > 0, with the live medians per row count.
 """
 
 from __future__ import annotations
@@ -141,6 +143,13 @@ def _generate(
             engine.step()
         steps += 1
     outputs = [engine.pop_finished(f"r{i}").output_ids for i in range(len(ids))]
+    if observe is not None:  # verify passes timed for the live cost model (pass_timing.py)
+        feedback = engine.cost_feedback
+        observe["timed_passes"] = feedback.live.observed
+        observe["untimed_passes"] = len(feedback.pending.queue) + feedback.pending.dropped
+        observe["live_verify_ms"] = {
+            str(t): round(s * 1e3, 3) for t, s in sorted(feedback.live.ready().items())
+        }
     return outputs, engine.metrics.summary()
 
 
@@ -199,7 +208,8 @@ def run_engine_check(device: torch.device, size: EngineSize, dtype: torch.dtype)
         observe: dict[str, Any] = {}
         echo, metrics = _generate(model, tokenizer, "echo", ids, size, b, observe)
         verdict = compare(model, tokenizer, ids, plain, echo)
-        ok = ok and not verdict["mismatches"]
+        timed = observe.get("timed_passes", 0)
+        ok = ok and not verdict["mismatches"] and timed > 0
         violations = observe.get("device_violations", [])
         result["batches"][str(b)] = {
             **verdict,
@@ -208,6 +218,9 @@ def run_engine_check(device: torch.device, size: EngineSize, dtype: torch.dtype)
             "host_syncs_per_step": observe.get("host_syncs_per_step", []),
             "device_violations": len(violations),
             "device_violation_sites": sorted(set(violations))[:20],
+            "timed_passes": timed,
+            "untimed_passes": observe.get("untimed_passes"),
+            "live_verify_ms": observe.get("live_verify_ms", {}),
         }
     result["ok"] = ok
     result["seconds"] = round(time.perf_counter() - start, 2)

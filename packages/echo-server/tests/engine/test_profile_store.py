@@ -32,6 +32,7 @@ from echo_server.engine.cost_feedback import (
     CostFeedback,
     samples_of,
 )
+from echo_server.engine.pass_timing import PendingTimings, start_events, stop_events
 from echo_server.engine.profile_store import (
     FORMAT,
     CheckedProfile,
@@ -41,7 +42,7 @@ from echo_server.engine.profile_store import (
     measure_checked,
     save,
 )
-from echo_server.engine.report import StepReport
+from echo_server.engine.report import StepReport, VerifiedStep
 from echo_server.model import load_model_only
 from echo_server.model.loader import LoadedModel
 
@@ -368,3 +369,110 @@ def test_exploration_corrects_a_profile_so_dear_that_no_row_ever_pays(
     assert engine.cost_feedback.live.swaps >= 1
     assert engine.elastic is not None
     assert engine.elastic.cost.latency_at(2) < profile.latency_at(2) / 2  # the row's price fell
+
+
+class FakeStream:
+    """A device stream on an injected clock: events recorded on it complete, in order, only when
+    the test advances it (``run_until``); nothing here can wait for the device."""
+
+    def __init__(self) -> None:
+        self.recorded = 0  # events recorded so far
+        self.completed = 0  # events the device has passed
+        self.now_ms = 0.0
+
+    def run_until(self, index: int, now_ms: float) -> None:
+        self.completed, self.now_ms = index, now_ms
+
+
+class FakeEvent:
+    """``torch.cuda.Event``'s timing surface on a :class:`FakeStream`."""
+
+    def __init__(self, stream: FakeStream, at_ms: float) -> None:
+        self.stream, self.at_ms, self.index = stream, at_ms, 0
+
+    def record(self) -> None:
+        self.stream.recorded += 1
+        self.index = self.stream.recorded
+
+    def query(self) -> bool:
+        return self.stream.completed >= self.index
+
+    def elapsed_time(self, end_event: Any) -> float:
+        assert self.query(), "read before the device passed the start event"
+        assert end_event.query(), "read before the device passed the end event"
+        return float(end_event.at_ms - self.at_ms)
+
+
+def recorded_pair(stream: FakeStream, start_ms: float, forward_ms: float) -> Any:
+    pair = (FakeEvent(stream, start_ms), FakeEvent(stream, start_ms + forward_ms))
+    pair[0].record()
+    pair[1].record()
+    return pair
+
+
+def test_event_pairs_are_read_oldest_first_once_complete_and_never_waited_for() -> None:
+    stream = FakeStream()
+    pending = PendingTimings()
+    pending.add(5, recorded_pair(stream, 0.0, 30.0))
+    pending.add(9, recorded_pair(stream, 40.0, 45.0))
+    assert pending.ready() == []  # queued, not run: nothing read, nothing lost
+    stream.run_until(3, 80.0)  # the first pair and the second's start
+    [(rows, seconds)] = pending.ready()
+    assert rows == 5
+    assert seconds == pytest.approx(0.030)
+    assert len(pending.queue) == 1
+    stream.run_until(4, 90.0)
+    [(rows, seconds)] = pending.ready()
+    assert rows == 9
+    assert seconds == pytest.approx(0.045)
+    assert pending.ready() == []
+
+
+def test_pairs_that_never_complete_are_dropped_oldest_first_past_the_limit() -> None:
+    stream = FakeStream()
+    pending = PendingTimings(limit=2)
+    with capture_logs() as logs:
+        for rows in (3, 4, 5):
+            pending.add(rows, recorded_pair(stream, 0.0, 1.0))
+    assert [rows for rows, _ in pending.queue] == [4, 5]
+    assert pending.dropped == 1
+    assert [e["event"] for e in logs] == ["verify_events_never_complete"]
+    with pytest.raises(ValueError, match="limit"):
+        PendingTimings(limit=0)
+
+
+def test_start_events_off_cuda_is_none() -> None:
+    assert start_events(torch.device("cpu")) is None
+    assert stop_events(None) is None
+
+
+def test_cuda_passes_feed_the_live_curve_from_their_events() -> None:
+    # A CUDA pass has no wall time (forward_s None) but its event pair: the sample is the
+    # device time between them, taken the step the device has passed them.
+    profile = bad_profile()
+    floor = ElasticFloor(profile)
+    checked = cast(CheckedProfile, SimpleNamespace(profile=profile, source=ProfileSource.CACHED))
+    feedback = CostFeedback(checked, floor, BudgetChain(LocalBudget(fixed=8), floor), None)
+    stream = FakeStream()
+
+    def report(b: int, n: int, start_ms: float) -> StepReport:
+        events = recorded_pair(stream, start_ms, curve_ms(b + n))
+        tree = SimpleNamespace(num_nodes=n)
+        verified = SimpleNamespace(
+            request_ids=("r",) * b, tree=tree, forward_s=None, forward_events=events
+        )
+        return StepReport([], passes=(cast(VerifiedStep, verified),))
+
+    feedback.observe(report(1, 6, 0.0))  # not yet run on the device: nothing read
+    assert feedback.live.observed == 0
+    stream.run_until(stream.recorded, 100.0)
+    feedback.observe(report(1, 2, 100.0))  # the first pair is read now; this one waits
+    assert feedback.live.observed == 1
+    for _ in range(MIN_SAMPLES):
+        stream.run_until(stream.recorded, 300.0)
+        feedback.observe(report(1, 6, 200.0))  # reads the previous step's pair
+    assert feedback.live.observed == 1 + MIN_SAMPLES
+    samples = {b.rows: b.samples for b in feedback.live.buckets()}
+    assert samples[3] == 1
+    assert samples[7] == MIN_SAMPLES
+    assert feedback.live.ready()[7] == pytest.approx(curve_ms(7) / 1e3)

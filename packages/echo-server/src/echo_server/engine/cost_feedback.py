@@ -33,11 +33,11 @@ budget without the floor), per row count the live median next to the profile and
 use, and the swap count; ``/metrics`` shows it (grpc/metrics.py). The snapshot is rebuilt every
 ``SNAPSHOT_EVERY`` samples and on every swap, and shared by the reports in between.
 
-Not done: device timing on CUDA. There ``forward_s`` is None (the forward is asynchronous and
-the engine makes no sync for it), and the verify phase's wall time is the kernel launches, not
-their cost, so no sample is taken and the curve stays the start-up profile scaled by the floor's
-``s``. CUDA events recorded around the forward and read one step later (when the acceptance's
-sync has completed them) would give the samples without a sync of their own.
+On CUDA the forward is asynchronous and ``forward_s`` is None: each pass instead carries two
+events recorded around the same calls (``VerifiedStep.forward_events``), queued in a
+:class:`~echo_server.engine.pass_timing.PendingTimings` and read once the device has passed them
+(``query``, no wait; the engine's own per-step sync normally completes them within the step).
+Their device time is the sample: the same correction, without a sync of its own.
 """
 
 from __future__ import annotations
@@ -51,11 +51,12 @@ from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.errors import CostModelError
 from echo_scheduler.live_cost import BucketEstimate, LiveCost
+from echo_server.engine.pass_timing import PendingTimings
 from echo_server.engine.profile_store import CheckedProfile, peek
 
 if TYPE_CHECKING:
     from echo_server.engine.engine import Engine
-    from echo_server.engine.report import StepReport
+    from echo_server.engine.report import StepReport, VerifiedStep
 
 EXPLORE_SPAN = 3
 """Row counts above a step's B that exploration makes sure are timed: B + 1 to B + 3, the rows
@@ -92,6 +93,7 @@ class CostFeedback:
         self.checked, self.floor, self.budget = checked, floor, budget
         self.k_ceiling = k_ceiling
         self.live = LiveCost(checked.profile if checked is not None else None)
+        self.pending = PendingTimings()  # CUDA passes' events not yet read
         self.explores = True  # False: never ask (the bench's echo-noexplore arm)
         self.snapshot = self._snapshot()
 
@@ -108,7 +110,10 @@ class CostFeedback:
     def observe(self, report: StepReport) -> StepReport:
         """Take ``report``'s samples (:func:`samples_of`), and return the report with the
         snapshot after them."""
-        self.take(samples_of(report))
+        for v in report.passes:
+            if v.forward_events is not None:
+                self.pending.add(rows_of(v), v.forward_events)
+        self.take(samples_of(report) + self.pending.ready())
         if self.floor is not None:
             self.floor.explore_rows = self.explore_rows([len(v.request_ids) for v in report.passes])
         return dataclasses.replace(report, cost=self.snapshot)
@@ -162,11 +167,12 @@ class CostFeedback:
         )
 
 
+def rows_of(verified: VerifiedStep) -> int:
+    """``T``, the rows of a decode pass: its roots plus its draft rows."""
+    return len(verified.request_ids) + verified.tree.num_nodes
+
+
 def samples_of(report: StepReport) -> list[tuple[int, float]]:
-    """``(T, forward seconds)`` of each timed decode pass of ``report``: T its roots plus its
-    draft rows; none for a pass without ``forward_s`` (not on the CPU: module docstring)."""
-    return [
-        (len(v.request_ids) + v.tree.num_nodes, v.forward_s)
-        for v in report.passes
-        if v.forward_s is not None
-    ]
+    """``(T, forward seconds)`` of each wall-timed decode pass of ``report`` (the CPU's); none
+    for a pass without ``forward_s`` (CUDA's come from their events: module docstring)."""
+    return [(rows_of(v), v.forward_s) for v in report.passes if v.forward_s is not None]

@@ -258,7 +258,9 @@ class Engine:
         self.budget.observe(
             len(batch), tree.num_nodes, emitted, phases, driven.depths, driven.expansions
         )
-        verified = VerifiedStep.of(batch, spec.step, driven, result, root_positions, out.forward_s)
+        verified = VerifiedStep.of(
+            batch, spec.step, driven, result, root_positions, out.forward_s, out.forward_events
+        )
         return StepReport(events, 0, emitted, verified.stats.totals, phases, (verified,))
 
     def _emit(self, state: RequestState, tokens: Sequence[int]) -> StepEvent:

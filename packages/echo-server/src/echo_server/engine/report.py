@@ -25,6 +25,7 @@ from echo_core.tree import TreeBatch
 from echo_gating.records import RecordWriter
 from echo_scheduler.driver import DrivenStep
 from echo_scheduler.interface import StepBatch
+from echo_server.engine.pass_timing import EventPair
 from echo_server.engine.request import RequestState, StepEvent
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class VerifiedStep:
     on_path: Tensor  # [tree.num_nodes] bool, node on its request's accepted path
     stats: StepStats
     forward_s: float | None = None  # the target model's share of the verify phase (CPU only)
+    forward_events: EventPair | None = None  # CUDA: events around it (engine/pass_timing.py)
 
     @classmethod
     def of(
@@ -82,6 +84,7 @@ class VerifiedStep:
         result: AcceptResult,
         root_positions: Tensor,
         forward_s: float | None = None,
+        forward_events: EventPair | None = None,
     ) -> VerifiedStep:
         """The record of a committed pass over ``batch`` (request counters already advanced)."""
         tree = driven.tree
@@ -96,6 +99,7 @@ class VerifiedStep:
             on_path=accepted_mask(tree, result),
             stats=StepStats.from_result(tree, result),
             forward_s=forward_s,
+            forward_events=forward_events,
         )
 
     @property

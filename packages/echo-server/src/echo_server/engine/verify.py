@@ -14,7 +14,8 @@ Acceptance (phase 4) is :mod:`echo_server.engine.acceptance`.
 (``model.forward`` + ``model.logits`` over its rows), on a CPU model only: elsewhere the forward
 is asynchronous, and timing it would need a device sync the engine does not otherwise make, so
 it is None. It is the denominator of the bench's ``step_over_forward`` (what a decode step costs
-beyond the model over the same rows).
+beyond the model over the same rows). On CUDA ``PassOutput.forward_events`` holds two events
+recorded around the same calls, read later without a sync (engine/pass_timing.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from echo_core.layouts import verify_positions
 from echo_core.tree import TreeBatch
 from echo_core.verify_rows import node_rows, root_rows
 from echo_server.drafting.base import TargetFeedback
+from echo_server.engine.pass_timing import EventPair, start_events, stop_events
 from echo_server.engine.request import RequestState
 from echo_server.kv.pool import KVPool, RequestHandle
 from echo_server.model.attention import ragged_positions, tree_row_mask
@@ -48,6 +50,7 @@ class PassOutput:
     aux: tuple[Tensor, ...]  # [R, H] each, hidden states after the requested aux layers
     slots: Tensor  # [R] int64, KV slot written for every row
     forward_s: float | None = None  # verify: model forward + logits wall time (CPU only)
+    forward_events: EventPair | None = None  # verify on CUDA: events around the same calls
 
 
 def prefill(
@@ -110,15 +113,16 @@ def verify_pass(
         batch = kv.attention_batch(handles, rows, slots, tree_row_mask(tree))
         positions = verify_positions(tree, batch.cache_len)
         tokens = tokens.to(model.device)
-        start = time.perf_counter()
+        events, start = start_events(model.device), time.perf_counter()
         out = model.forward(tokens, positions, batch, kv.storage, aux_layers)
         logits = model.logits(out.hidden)
         forward_s = time.perf_counter() - start if model.device.type == "cpu" else None
+        stop_events(events)
     except BaseException:
         kv.free(slots)  # nothing was committed: the slots go back
         raise
     return PassOutput(
-        logits, tokens, positions, batch.cu_rows, out.hidden, out.aux, slots, forward_s
+        logits, tokens, positions, batch.cu_rows, out.hidden, out.aux, slots, forward_s, events
     )
 
 
