@@ -19,6 +19,7 @@ answered by sampling (:data:`SAMPLE_MARK` names those sequences).
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,10 +198,11 @@ def generate_dataset(
     seed: int = 0,
 ) -> int:
     """Answer every prompt not yet stored with greedy plain decoding, and ``samples`` more
-    times by sampling at ``temperature`` (seeded per sequence: ``seed``, the prompt's index
-    and k); returns new sequences. Sampled continuations add contexts the target reaches but
-    its greedy answer does not; their labels are still the target's distribution (the
-    features), so they teach the same function.
+    times by sampling at ``temperature`` (seeded per sequence: ``crc32("<seed>:<sequence
+    id>")``, so a resumed run with more prompts samples the stored ones alike); returns new
+    sequences. Sampled continuations add contexts the target reaches but its greedy answer does
+    not; their labels are still the target's distribution (the features), so they teach the
+    same function.
 
     ``aux_layers``: also record the residual stream after these target layers (module
     docstring); must match what earlier runs stored in ``out_dir``."""
@@ -226,13 +228,13 @@ def generate_dataset(
     )
     greedy = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     prompt_len: dict[str, int] = {}
-    for i, p in enumerate(prompts):
+    for p in prompts:
         for k, sid in enumerate(sequence_ids(p.prompt_id, samples)):
             if sid in done:
                 continue
             params = greedy
             if k:
-                sample_seed = (seed * len(prompts) + i) * (samples + 1) + k
+                sample_seed = zlib.crc32(f"{seed}:{sid}".encode())  # whatever the prompt count
                 params = SamplingParams(temperature, max_tokens=max_tokens, seed=sample_seed)
             engine.submit(GenerationRequest(sid, prompt=p.text, chat=p.chat, params=params))
             n = len(engine.requests[sid].prompt_ids)

@@ -318,7 +318,7 @@ class EchoPolicy(BasePolicy):
             return DraftPlan.finished(pool.device)
         floor = torch.tensor(self.batch.min_utility, device=pool.device)
         weakest, filled = floor, torch.zeros((), dtype=torch.bool, device=pool.device)
-        capped = torch.full_like(held, -torch.inf, dtype=torch.float32)  # no request at its cap
+        own_weakest: Tensor | None = None  # w_b per depth-d node, where a request holds its cap
         kept_now = band.index_select(0, last)
         if full or binds:
             idx = band.nonzero().squeeze(1)
@@ -331,7 +331,9 @@ class EchoPolicy(BasePolicy):
             kept_keys = torch.where(top, own, torch.inf)
             least = kept_keys.min()  # the weakest kept key
             weakest = torch.where(filled, torch.maximum(least, floor), floor)
-            capped = self._weakest_at_cap(kept_keys, owner, held, caps)
+            if binds:
+                at_cap_keys = self._weakest_at_cap(kept_keys, owner, held, caps)
+                own_weakest = at_cap_keys.index_select(0, req)
             kept_now = torch.zeros_like(band).index_copy_(0, idx, top).index_select(0, last)
         bound, guess = self._child_keys(pool, key.index_select(0, last), last, req)
         ok = kept_now & active.index_select(0, req)
@@ -339,9 +341,9 @@ class EchoPolicy(BasePolicy):
             ok &= bound >= weakest
         else:
             ok &= (bound >= weakest) | ~filled
-        own_weakest = capped.index_select(0, req)  # a request at its cap: a child must beat it
-        ok &= bound >= own_weakest
-        weakest = torch.maximum(weakest, own_weakest)  # what an expanded node's child displaces
+        if own_weakest is not None:  # a request at its cap: a child must beat its weakest node
+            ok &= bound >= own_weakest
+            weakest = torch.maximum(weakest, own_weakest)  # what an expanded child displaces
         node_price = self.batch.node_price or 0.0
         if self.batch.node_price:  # each expanded node pays for its drafter row (0: free)
             ok &= guess - weakest > self.batch.node_price
