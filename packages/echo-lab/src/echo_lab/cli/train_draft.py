@@ -28,6 +28,7 @@ import torch
 
 from echo_lab.training.dataset import coverage, draft_vocabulary, load_sequences, split
 from echo_lab.training.instructions import build_prompts
+from echo_lab.training.magpie import chat_queries
 from echo_lab.training.selfdistill import generate_dataset, stored_aux_layers
 from echo_lab.training.trainer import TrainConfig, train
 from echo_server.assets import DEFAULT_HEAD
@@ -48,6 +49,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", type=Path, default=DEFAULT_HEAD, help="head path (.safetensors)")
     p.add_argument("--model", default=None, help="GGUF file or HF directory (default: embedded)")
     p.add_argument("--prompts", type=int, default=2000, help="training prompts to answer")
+    p.add_argument(
+        "--chat-queries",
+        type=int,
+        default=0,
+        help="chat prompts the target writes itself from its pre-query template (Magpie; "
+        "training/magpie.py), answered like the built prompts",
+    )
     p.add_argument("--max-tokens", type=int, default=192, help="answer length cap")
     p.add_argument("--gen-batch", type=int, default=64, help="requests decoded together")
     p.add_argument(
@@ -119,9 +127,13 @@ def run(args: argparse.Namespace) -> int:
     if args.stage in ("all", "generate"):
         start = time.perf_counter()
         try:
+            prompts = build_prompts(args.prompts, seed=args.seed)
+            prompts += chat_queries(
+                loaded, args.chat_queries, work / "chat-queries.jsonl", seed=args.seed
+            )
             generate_dataset(
                 loaded,
-                build_prompts(args.prompts, seed=args.seed),
+                prompts,
                 data_dir,
                 max_tokens=args.max_tokens,
                 max_batch=args.gen_batch,
@@ -168,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "target": name,
         "prompts": args.prompts,
+        "chat_queries": args.chat_queries,
         "sequences": {"train": len(train_seqs), "heldout": len(heldout)},
         "rows": {
             "train": sum(s.features.shape[0] for s in train_seqs),
