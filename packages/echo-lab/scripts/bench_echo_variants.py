@@ -40,6 +40,9 @@ Arms (every one the embedded default engine; only the named piece differs):
   (``TorchAttention()`` without lane mirrors, as before 2026-12-05: model/kv_mirror.py);
   ``plain-mirror0`` / ``echo-mirror0``: the same with every group read from the lane mirrors
   (``min_context = 0``; the default mirrors from 1,024 tokens).
+- ``echo-prevhead``: the shipped ECHO drafting with the previous shipped head and its own
+  calibrated gate (``echo_server.assets.PREVIOUS_HEAD`` / ``PREVIOUS_GATE``, kept for one
+  release), so the two heads compare in one run.
 - ``POLICY@K`` (any arm above, or ``chain``, ``static``, ``eagle2``, ``global-topk``): that arm
   with verify budget K instead of the default 16, for a peer's best-budget sweep, e.g.
   ``--arms plain echo chain@8 chain@16 chain@32 eagle2@8 eagle2@16 eagle2@32``.
@@ -74,6 +77,7 @@ from echo_scheduler.cost import ProfileCost
 from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.interface import StepOutcome
 from echo_scheduler.policies.echo import EchoPolicy
+from echo_server.assets import PREVIOUS_GATE, PREVIOUS_HEAD
 from echo_server.cli import build_parser
 from echo_server.cli.options import load
 from echo_server.drafting.eagle_drafter import EagleDrafter
@@ -103,6 +107,7 @@ ARMS = (
     "echo-mirror0",
     "echo-window",
     "echo-noexplore",
+    "echo-prevhead",
 )
 PROFILE_ARMS: dict[str, tuple[tuple[int, ...], int, float]] = {
     "echo-profile": (PROFILE_TOKENS, 9, 1.0),
@@ -224,6 +229,12 @@ def main() -> None:
             model = copy.copy(loaded.model)  # same weights, its own attention backend
             model.attention = backend
             makers[suffix] = _factory(dataclasses.replace(loaded, model=model), args, workloads)
+
+    if "echo-prevhead" in a.arms:
+        previous = argparse.Namespace(
+            **{**vars(args), "head": PREVIOUS_HEAD, "gate": PREVIOUS_GATE}
+        )
+        makers["-prevhead"] = _factory(loaded, previous, workloads)
 
     made: dict[str, list[Engine]] = {}
 

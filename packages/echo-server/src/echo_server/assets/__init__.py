@@ -9,6 +9,9 @@
 - ``<gate>.dense.gate.json`` / ``<gate>.fixed.gate.json`` beside each gate: the paper's two
   ablations (a gate at every depth; one threshold for all depths), calibrated by the same
   ``echo-sd calibrate`` run from the same warm-up records, acceptance maps included;
+- ``smollm2-135m-eagle-2026-11-29.safetensors`` / ``.json`` / ``.gate.json``: the head shipped
+  from 2026-11-29 to 2026-12-06 and its calibrated gate (head alone), kept for one release so a
+  benchmark can run both heads side by side (``bench_echo_variants.py --arms ... echo-prevhead``);
 - ``DATA_CARD.md``: the training data, steps, wall time and measured quality.
 """
 
@@ -23,6 +26,8 @@ DEFAULT_HISTOGRAM = ASSETS / "smollm2-135m-eagle.confidence.png"
 MIXTURE_GATE = ASSETS / "smollm2-135m-eagle-ngram.gate.json"
 MIXTURE_HISTOGRAM = ASSETS / "smollm2-135m-eagle-ngram.confidence.png"
 DATA_CARD = ASSETS / "DATA_CARD.md"
+PREVIOUS_HEAD = ASSETS / "smollm2-135m-eagle-2026-11-29.safetensors"
+PREVIOUS_GATE = ASSETS / "smollm2-135m-eagle-2026-11-29.gate.json"
 
 
 def ablation_gate(gate: Path, mode: str) -> Path:
