@@ -183,6 +183,11 @@ POOL_SIZE = 4000
 """Prompts drawn per seed; a run uses a prefix, so a larger ``count`` extends a smaller one."""
 
 
+def benchmark_filter() -> OverlapFilter:
+    """Drops any text sharing an 8-word run with a HumanEval prompt or an MT-Bench question."""
+    return OverlapFilter([p.text for p in humaneval() + mtbench()])
+
+
 def build_prompts(count: int, seed: int = 0) -> list[Prompt]:
     """The first ``count`` of :data:`POOL_SIZE` prompts in :data:`MIX` proportions (shuffled)."""
     if not 0 < count <= POOL_SIZE:
@@ -206,7 +211,7 @@ def build_prompts(count: int, seed: int = 0) -> list[Prompt]:
     }
     sources = {"code": stubs, "code_chat": stubs, "explain": docs, "package": modules}
     sources["licence"] = licences
-    bench = OverlapFilter([p.text for p in humaneval() + mtbench()])
+    bench = benchmark_filter()
     out: list[Prompt] = []
     seen: set[str] = set()
     for kind, share in MIX.items():

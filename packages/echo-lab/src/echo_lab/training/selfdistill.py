@@ -61,6 +61,12 @@ def is_sampled(sequence_id: str) -> bool:
     return SAMPLE_MARK in sequence_id
 
 
+def sequence_seed(seed: int, sequence_id: str) -> int:
+    """A sampled sequence's seed, ``crc32("<seed>:<sequence id>")``: the same whatever else is
+    generated beside it, so a resumed or larger run samples it alike."""
+    return zlib.crc32(f"{seed}:{sequence_id}".encode())
+
+
 @dataclass(slots=True)
 class DistilledSequence:
     """One recorded sequence (prompt + answer)."""
@@ -198,8 +204,8 @@ def generate_dataset(
     seed: int = 0,
 ) -> int:
     """Answer every prompt not yet stored with greedy plain decoding, and ``samples`` more
-    times by sampling at ``temperature`` (seeded per sequence: ``crc32("<seed>:<sequence
-    id>")``, so a resumed run with more prompts samples the stored ones alike); returns new
+    times by sampling at ``temperature`` (seeded per sequence: :func:`sequence_seed`, so a
+    resumed run with more prompts samples the stored ones alike); returns new
     sequences. Sampled continuations add contexts the target reaches but its greedy answer does
     not; their labels are still the target's distribution (the features), so they teach the
     same function.
@@ -234,8 +240,9 @@ def generate_dataset(
                 continue
             params = greedy
             if k:
-                sample_seed = zlib.crc32(f"{seed}:{sid}".encode())  # whatever the prompt count
-                params = SamplingParams(temperature, max_tokens=max_tokens, seed=sample_seed)
+                params = SamplingParams(
+                    temperature, max_tokens=max_tokens, seed=sequence_seed(seed, sid)
+                )
             engine.submit(GenerationRequest(sid, prompt=p.text, chat=p.chat, params=params))
             n = len(engine.requests[sid].prompt_ids)
             if n > max_prompt_tokens:
