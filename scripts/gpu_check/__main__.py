@@ -17,6 +17,9 @@ others), results gathered into one JSON summary:
    (:mod:`gpu_check.tile_sweep`).
 6. ``schedule``: the policies' own time per step on the recorded pools with their tensors on
    the device, and their host syncs (:mod:`gpu_check.schedule_time`).
+7. ``fixed``: ECHO's fixed-layout step (echo_scheduler.device) on the device, eager and
+   replayed from a CUDA graph, with its host syncs and its selections checked
+   (:mod:`gpu_check.fixed_step`).
 
 On the device the parts run in ``ALL_PARTS`` order (``--parts`` picks some): the profiles first,
 then engine, attention, the tier and the sweep; the summary is rewritten after every part, so a
@@ -46,11 +49,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 PART_TIMEOUT_S = {
     "cost": 120, "cost-triton": 150, "engine": 120, "attention": 90, "tier": 220, "tiles": 150,
-    "schedule": 240,
+    "schedule": 240, "fixed": 150,
 }  # fmt: skip
 """Seconds per part on the GPU (``--parts`` picks some; all of them need more than the script's
 570 s limit only if every part runs to its timeout: the first H200 run took 102 s for four)."""
-ALL_PARTS = ("cost", "cost-triton", "engine", "attention", "tier", "tiles", "schedule")
+ALL_PARTS = ("cost", "cost-triton", "engine", "attention", "tier", "tiles", "schedule", "fixed")
 DRY_TIMEOUT_S = 120
 GPU_MODULES = ("echo_core", "echo_gating", "echo_scheduler", "echo_kernels", "echo_sglang")
 SERVER_SUBPACKAGES = ("engine", "model", "drafting", "kv")
@@ -165,6 +168,12 @@ def run_part(part: str, dry: bool) -> dict[str, Any]:
         if dry:
             return run_schedule_time(device, CPU_BATCHES, 3, TRACES[:1])
         return run_schedule_time(device, GPU_BATCHES, 20)
+    if part == "fixed":
+        from gpu_check.fixed_step import CPU_BATCHES, GPU_BATCHES, TRACES, run_fixed_step
+
+        if dry:
+            return run_fixed_step(device, CPU_BATCHES, 3, TRACES[:1])
+        return run_fixed_step(device, GPU_BATCHES)
     if part in ("cost", "cost-triton"):
         from gpu_check.cost_profile import LLAMA31_8B, TINY, run_cost_profile
 
@@ -254,6 +263,12 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
             print(format_comparison(c), flush=True)
         for n, t in result["transfer"].items():
             print(f"  pool of {n} nodes: d2h {t['d2h_ms']} ms, h2d {t['h2d_ms']} ms", flush=True)
+    if part == "fixed" and "cells" in result:
+        from gpu_check.fixed_step import format_cells
+
+        print(f"ECHO's fixed-layout step on {result['device']}:", flush=True)
+        for line in format_cells(result):
+            print(line, flush=True)
     if part == "tiles" and "shapes" in result:
         from gpu_check.tile_sweep import format_sweep
 

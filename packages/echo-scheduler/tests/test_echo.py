@@ -260,7 +260,7 @@ class _FullRanking(EchoPolicy):
         guess_at = torch.zeros_like(key)
         guess_at[last] = guess - node_weakest
         node_price = self.batch.node_price or 0.0
-        gain = float((guess_at[nodes] - node_price).clamp(min=0).sum())
+        gain = float((guess_at[nodes] - node_price).clamp(min=0).double().sum())
         if nodes.numel() == 0 or gain < self._depth_price():
             return DraftPlan.finished(pool.device)
         self._expanded += int(nodes.numel())

@@ -157,6 +157,7 @@ def test_the_registry_names_every_policy_once_and_builds_it_by_name() -> None:
         "echo_dense",
         "echo_fixed",
         "echo_noledger",
+        "echo_device",
     )
     assert policy_names() == (*POLICY_NAMES, *FLOORED_NAMES)
     assert "echo_noledger" not in policy_names(engine_offered=True)

@@ -21,6 +21,9 @@ Optional arms (:func:`optional_arms`, run only when ``--arms`` names them or the
 ``<fixed arm>+floor`` (families ``chain+floor``, ``static+floor``, ``eagle2+floor``): every
   fixed grid point offered ECHO's floor, i.e. its pre-check and exact cut over the same
   acceptance maps (echo_scheduler.policies.floored), with the floor fed by the cost model.
+``echo_device``: ECHO's arm with its decisions made in the fixed layout (echo_scheduler.device),
+  the same decisions as ``echo`` (its replay must match ``echo``'s, row for row); named to time
+  its host cost (``schedule_vs_gpu.py``) or to check that equality.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ EAGLE2_GRID = (1, 2, 4, 8)
 GLOBAL_TOPK_PER_REQUEST = 4
 UTILITY_ARM = "echo_utility"
 NOLEDGER_ARM = "echo_noledger"
+DEVICE_ARM = "echo_device"
 GRID_FAMILIES = ("chain", "static", "eagle2")
 """The fixed baselines replayed over a budget grid (each reported at its best point)."""
 
@@ -121,9 +125,14 @@ def default_arms(base: PolicyConfig | None = None) -> list[Arm]:
 
 
 def optional_arms(base: PolicyConfig | None = None) -> list[Arm]:
-    """The arms a replay runs only when named (module docstring): ``<fixed arm>+floor``."""
+    """The arms a replay runs only when named (module docstring): ``<fixed arm>+floor`` and
+    ``echo_device``."""
     cfg = base or PolicyConfig.high_concurrency()
-    return [
+    device = Arm(
+        DEVICE_ARM, DEVICE_ARM, DEVICE_ARM, cfg, ECHO_PER_REQUEST, floor=True, gate="echo",
+        optional=True,
+    )  # fmt: skip
+    return [device] + [
         Arm(
             f"{a.name}+floor",
             f"{a.family}+floor",

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from echo_lab.replay.arms import default_arms, select_arms
+from echo_lab.replay.arms import default_arms, optional_arms, select_arms
 from echo_lab.replay.costs import ProfiledCost
 from echo_lab.replay.run import calibrate_rows, compose_steps, replay_step, split_warmup
 from echo_lab.sim.rows import load_rows
@@ -122,7 +122,8 @@ def host_rows(
     """Every (trace, B, arm) cell in that order (module docstring); ``steps`` >= 2."""
     if steps < 2:
         raise ValueError(f"steps must be >= 2 (the first is dropped), got {steps}")
-    arms = [a for a in select_arms(default_arms(), list(arm_names)) if a.name in arm_names]
+    every = default_arms() + optional_arms()
+    arms = [a for a in select_arms(every, list(arm_names)) if a.name in arm_names]
     for path in traces:
         name = path.name.removeprefix("trace-").split(".")[0]
         warm, rows = split_warmup(load_rows([path]), 0.3, 0)

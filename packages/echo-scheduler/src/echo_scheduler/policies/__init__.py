@@ -7,6 +7,8 @@ The built-in policies, registered here in this order:
 - ``echo_dense`` and ``echo_fixed``: the paper's gate ablations, ECHO under a gate at every depth
   / one threshold (:func:`~echo_scheduler.policies.registry.make_policy` checks the gate's mode);
 - ``echo_noledger``: ECHO without its ledgers and mode chooser (an ablation for the replay);
+- ``echo_device``: ECHO with its per-step decisions made in a fixed layout with no host sync
+  (echo_scheduler.device), the same plans and selections as ``echo``;
 - ``chain+floor``, ``static+floor``, ``eagle2+floor`` (``FLOORED_NAMES``): the fixed baselines
   with ECHO's pre-check and exact cut (echo_scheduler.policies.floored); they need a gate with
   calibrated acceptance maps.
@@ -41,6 +43,12 @@ def _echo(name: str, cls: type[EchoPolicy] = EchoPolicy) -> PolicyFactory:
         return cls(config, gate, name=name)
 
     return factory
+
+
+def _device_echo(config: PolicyConfig, gate: GatePolicy | None) -> BasePolicy:
+    from echo_scheduler.device.adapter import DeviceEchoPolicy  # imports this package
+
+    return DeviceEchoPolicy(config, gate)
 
 
 def _floored(cls: type[FlooredChain | FlooredStatic | FlooredEagle2]) -> PolicyFactory:
@@ -92,6 +100,13 @@ def _register_builtins() -> None:
         _echo("echo_noledger", NoLedgerEchoPolicy),
         summary="ECHO ablation: no draft ledger or mode chooser (drafts whenever the pre-check "
         "lets it)",
+    )
+    register_policy(
+        "echo_device",
+        _device_echo,
+        summary="ECHO with its per-depth decisions and selection as fixed-shape tensor ops "
+        "(no host sync; the same plans and selections as echo)",
+        engine_offered=True,
     )
     for name, floored, shape in (
         ("chain+floor", FlooredChain, "a chain"),

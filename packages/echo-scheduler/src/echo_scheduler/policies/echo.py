@@ -86,7 +86,9 @@ over the band when the budget or a cap binds. The depth's new nodes are the ones
 pool lacked (a count the host knows: ``nonzero_static``); the selection and its exact cut make
 none (a mask where a gather would need a count). On the recorded pools that is 6-15 syncs per
 step at B = 16-256, against 21-74 before 2026-12-06 (packages/echo-lab/scripts/policy_syncs.py).
-Fewer needs drafting of a fixed shape (a padded frontier the drafter expands whole), not done.
+Fewer needs drafting of a fixed shape: ``echo_device`` (echo_scheduler.device) makes the same
+decisions over a fixed layout (every depth a [B, n_d] slab of slots, a padded [B, k0] frontier)
+with no host sync at all; a drafter that drafts that layout needs no count from the policy.
 """
 
 from __future__ import annotations
@@ -347,8 +349,9 @@ class EchoPolicy(BasePolicy):
         node_price = self.batch.node_price or 0.0
         if self.batch.node_price:  # each expanded node pays for its drafter row (0: free)
             ok &= guess - weakest > self.batch.node_price
-        gain = torch.where(ok, guess - weakest - node_price, 0.0).clamp(min=0).sum()
-        pays = gain.double() >= self._depth_price()  # else the depth does not pay its drafter call
+        gain = torch.where(ok, guess - weakest - node_price, 0.0).clamp(min=0)
+        gain = gain.double().sum()  # in float64, as echo_device sums it over padded rows
+        pays = gain >= self._depth_price()  # else the depth does not pay its drafter call
         nodes = last.index_select(0, (ok & pays).nonzero().squeeze(1))
         if nodes.numel() == 0:
             return DraftPlan.finished(pool.device)

@@ -1,0 +1,78 @@
+"""ECHO's fixed-layout step on the CPU beside the host policies' own time (a benchmark, not a
+test): ``python packages/echo-lab/scripts/fixed_step_time.py [--batches 16 64 256]``.
+
+Per (trace, B), one torch thread, ``--rounds`` interleaved rounds; each round times
+
+- ``fixed``: :func:`echo_lab.replay.fixedstep.run_step` alone on every drafted step captured
+  from ``echo_device`` (the policy part with no host sync: after each depth and the selection),
+  median over steps;
+- ``echo``, ``echo_device``, ``chain/n=1``: the replay's host time per step
+  (:func:`echo_lab.replay.hosttime.host_rows`: every policy call, ``observe`` and the floor),
+  median over steps. ``echo_device`` adds the packed-pool conversion (the adapter) to ``fixed``
+  and to ECHO's per-step host work (pre-check, ledger, floor, observe).
+
+Prints the median of the rounds' medians with their range, the host syncs inside the fixed step
+(it must make none) and whether its re-run selections equal the captured ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from echo_core.testing import HostSyncCounter
+from echo_lab.bench.intervals import cpu_name
+from echo_lab.replay.costs import load_profiled
+from echo_lab.replay.fixedstep import capture_steps, run_step
+from echo_lab.replay.hosttime import add_cell_arguments, host_rows
+
+REPO = Path(__file__).resolve().parents[3]
+HOST_ARMS = ("echo", "echo_device", "chain/n=1")
+
+
+def _fmt(values: list[float]) -> str:
+    return f"{statistics.median(values):6.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_cell_arguments(p, REPO)
+    p.add_argument("--steps", type=int, default=20, help="composed steps per cell")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    cost = load_profiled(args.gpu_cost, "gpu")
+    print(f"# {cpu_name()}, one torch thread; {args.steps} composed steps per cell, "
+          f"{args.rounds} interleaved rounds; ms per step: median of the rounds' medians "
+          "[range]")  # fmt: skip
+    print(f"{'trace':<10} {'B':>4} {'depths':>6} {'syncs':>5} {'same':>4} "
+          + " ".join(f"{a:>24}" for a in ("fixed", *HOST_ARMS)))  # fmt: skip
+    for trace in args.traces:
+        name = trace.name.removeprefix("trace-").split(".")[0]
+        for b in args.batches:
+            steps = capture_steps(trace, b, args.steps, cost)
+            with HostSyncCounter() as syncs:
+                same = all(torch.equal(run_step(s), s.keep) for s in steps)
+            timed: dict[str, list[float]] = {a: [] for a in ("fixed", *HOST_ARMS)}
+            for _ in range(args.rounds):
+                for row in host_rows([trace], [b], list(HOST_ARMS), cost, args.steps):
+                    timed[row.arm].append(row.host_ms)
+                per_step = []
+                for s in steps:
+                    run_step(s)  # warm
+                    t0 = time.perf_counter()
+                    run_step(s)
+                    per_step.append(1e3 * (time.perf_counter() - t0))
+                timed["fixed"].append(statistics.median(per_step))
+            depths = statistics.mean(s.depths for s in steps) if steps else 0.0
+            print(f"{name:<10} {b:>4} {depths:>6.2f} {syncs.total / max(len(steps), 1):>5.1f} "
+                  f"{'yes' if same else 'NO':>4} "
+                  + " ".join(f"{_fmt(v):>24}" for v in timed.values()), flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

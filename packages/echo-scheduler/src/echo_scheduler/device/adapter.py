@@ -1,0 +1,140 @@
+"""ECHO's fixed-layout scheduler behind the packed-pool policy interface: ``echo_device``.
+
+The drivers (engine, simulator, SGLang replay) grow packed pools (echo_scheduler.pool); this
+policy converts each drafted depth into a fixed-layout slab (:func:`depth_slab`), lets
+:class:`~echo_scheduler.device.echo_step.FixedEchoStep` decide, and converts its frontier and
+selection back. The host keeps what :class:`~echo_scheduler.policies.echo.EchoPolicy` decides
+once per step (the pre-check, the mode chooser and its ledgers, exploration), so the two
+policies differ only in where a step's decisions are made; the tests pin them to the same
+plans and selections.
+
+Host syncs. The fixed step makes none; a packed drafter needs the count of nodes to expand, so
+this adapter reads it once per drafted depth (``nonzero``), as ``echo`` does. A drafter that
+takes the padded frontier itself (invalid entries drafted and ignored) needs no read at all.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from echo_core.tree import ROOT, TreeBatch
+from echo_gating.policy import GatePolicy
+from echo_scheduler.config import PolicyConfig
+from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices
+from echo_scheduler.device.layout import DepthSlab, Frontier
+from echo_scheduler.errors import PolicyError
+from echo_scheduler.interface import DraftPlan, StepBatch
+from echo_scheduler.policies.echo import EchoPolicy
+from echo_scheduler.policies.frontier import expand_all
+
+
+def depth_slab(
+    pool: TreeBatch, new: Tensor, width: int, front: tuple[Tensor, Frontier] | None
+) -> tuple[DepthSlab, Tensor]:
+    """The depth-d nodes ``new`` (global indices into ``pool``, ascending) as a slab, and the
+    request-local index of every slot ([B, n_d] int64, -1 where invalid).
+
+    ``front``: the previous depth's slots' local indices and its frontier (None at depth 1,
+    where a request's children are its first ``width`` nodes). A node's column is ``f W + w``:
+    ``f`` the frontier entry holding its parent, ``w`` its rank among its siblings (they are
+    contiguous in the pool). Fixed shape, no host sync."""
+    b, dev = pool.batch_size, pool.device
+    req = torch.searchsorted(pool.cu_nodes, new, right=True) - 1
+    local = new - pool.cu_nodes.index_select(0, req)
+    parent = pool.parent.index_select(0, new)
+    if front is None:
+        entry = torch.zeros_like(new)
+        cols = width
+    else:
+        prev_local, frontier = front
+        owners = prev_local.gather(1, frontier.slot)  # [B, F] local index of each entry
+        hit = (owners.index_select(0, req) == parent.unsqueeze(1)) & frontier.expand.index_select(
+            0, req
+        )
+        entry = hit.to(torch.int64).argmax(dim=1)
+        cols = frontier.slot.shape[1] * width
+    sibling = req * (pool.num_nodes + 1) + parent - ROOT  # one id per sibling group
+    index = torch.arange(new.numel(), device=dev)
+    starts = torch.ones_like(sibling, dtype=torch.bool)
+    starts[1:] = sibling[1:] != sibling[:-1]
+    rank = index - torch.cummax(torch.where(starts, index, 0), 0).values
+    flat = req * cols + entry * width + rank
+    path = torch.full((b * cols,), -torch.inf, dtype=torch.float32, device=dev)
+    draft = torch.full_like(path, -torch.inf)
+    slots = torch.full((b * cols,), -1, dtype=torch.int64, device=dev)
+    path.index_copy_(0, flat, pool.path_logprob.index_select(0, new).to(torch.float32))
+    draft.index_copy_(0, flat, pool.draft_logprob.index_select(0, new).to(torch.float32))
+    slots.index_copy_(0, flat, local)
+    slab = DepthSlab(path.view(b, cols), draft.view(b, cols), slots.view(b, cols) >= 0)
+    return slab, slots.view(b, cols)
+
+
+class DeviceEchoPolicy(EchoPolicy):
+    """ECHO with its per-depth decisions and selection made by
+    :class:`~echo_scheduler.device.echo_step.FixedEchoStep` (module docstring)."""
+
+    def __init__(
+        self, config: PolicyConfig, gate: GatePolicy | None = None, name: str = "echo_device"
+    ) -> None:
+        super().__init__(config, gate, name=name)
+        self.fixed: FixedEchoStep | None = None
+        self._locals: list[Tensor] = []  # per drafted depth: [B, n_d] local index, -1 invalid
+        self._drafted: TreeBatch | None = None  # the last pool this step drafted
+
+    def _start(self, batch: StepBatch) -> None:
+        super()._start(batch)
+        self.fixed, self._locals, self._drafted = None, [], None
+
+    def _prices(self) -> StepPrices:
+        batch = self.batch
+        return StepPrices(
+            budget=batch.budget,
+            caps=batch.max_nodes,
+            min_utility=batch.min_utility,
+            node_price=batch.node_price or 0.0,
+            depth_price=self._depth_price(),
+            row_price=batch.row_price,
+            explore_rows=batch.explore_rows if self._exploring else 0,
+        )
+
+    def _next_plan(self, pool: TreeBatch) -> DraftPlan:
+        d = self.depth
+        if d == 1:
+            self.fixed = FixedEchoStep(self.config, self._step_gate, self._prices())
+        fixed = self.fixed
+        if fixed is None or fixed.depth != d - 1 or (self._drafted is None and d > 1):
+            raise PolicyError(f"{self.name}: depth {d} of a step whose depth 1 it did not see")
+        before = self._drafted
+        if before is None:
+            new = torch.arange(pool.num_nodes, dtype=torch.int64, device=pool.device)
+            front = None
+        else:
+            added = pool.num_nodes - before.num_nodes
+            new = torch.nonzero_static(pool.depth == d, size=added).squeeze(1)
+            front = (self._locals[-1], fixed.fronts[-1])
+        slab, local = depth_slab(pool, new, self.config.draft_width, front)
+        self._locals.append(local)
+        self._drafted = pool
+        last = self._shallow or d >= self.config.max_depth
+        chosen = fixed.after_depth(slab, last)
+        self.truncated_at = fixed.truncated_at
+        if last:
+            return DraftPlan.finished(pool.device)
+        owners = local.gather(1, chosen.slot) + pool.cu_nodes[:-1].unsqueeze(1)
+        nodes = owners[chosen.expand]  # the packed drafter sizes its call by this count
+        if nodes.numel() == 0:
+            return DraftPlan.finished(pool.device)
+        self._expanded += int(nodes.numel())
+        return expand_all(nodes, self.config.draft_width)
+
+    def select(self, pool: TreeBatch) -> Tensor:
+        fixed = self.fixed
+        if fixed is None or pool is not self._drafted:
+            return super().select(pool)  # a pool this step did not draft: the host reference
+        keep = fixed.select().reshape(-1)
+        local = torch.cat(self._locals, dim=1)
+        where = torch.where(local >= 0, local + pool.cu_nodes[:-1].unsqueeze(1), pool.num_nodes)
+        out = torch.zeros(pool.num_nodes + 1, dtype=torch.bool, device=pool.device)
+        out.scatter_(0, where.reshape(-1), keep & (local.reshape(-1) >= 0))
+        return out[:-1]

@@ -1,0 +1,270 @@
+"""ECHO's per-step decisions as a fixed sequence of tensor ops over the fixed layout.
+
+:class:`FixedEchoStep` makes the decisions of :class:`~echo_scheduler.policies.echo.EchoPolicy`
+after each drafted depth and at selection (that module's docstring states every rule; this one
+restates only what the layout changes) over :mod:`echo_scheduler.device.layout` slabs, with no
+host read: no ``.item()``, ``.tolist()``, ``nonzero``, boolean indexing or loop over requests or
+nodes. What the host decides per step (the budget ``K``, the caps, the prices, the mode: full,
+depth 1 only, exploring) comes in through :class:`StepPrices`; what a step decides stays on the
+device: truncation depths, keys, the band, the frontier to expand and the selection.
+
+After depth d (the slab's children of the previous frontier):
+
+1. keys ``u'_i = min(m_d(log P_i), u'_parent)`` (``P_i`` without maps);
+2. the gate at a checkpoint: ``t_b <- d`` where the signal is below ``tau_d``;
+3. the band: each request's ``k0`` best eligible depth-d slots by (key, ``P``, index) desc.,
+   compacted into a [B, k0] frontier (ascending slot);
+4. the band so far under the caps and the budget (:func:`~echo_scheduler.ranking.
+   first_in_order` over the [B, d k0] band entries): ``w`` (the weakest kept key, ``u_min``
+   while the budget is not full) and ``w_b`` (a request at its cap: its weakest kept key);
+5. expand a frontier entry when it is kept, its request active, its children's bound
+   ``min(u'_f, m_{d+1}(log P_f))`` reaches ``max(w, w_b)`` (or the budget is not full, without
+   a floor) and its estimate less ``max(w, w_b)`` beats the node price; and only if the
+   depth's estimated gain ``sum_f max(0, c_f - max(w, w_b) - node price)`` covers the depth
+   price. The gain is summed in float64, so the decision does not depend on padding.
+
+Selection: the eligible slots in (tier, key) order, each request's first ``cap_b``, then the
+first K (``first_in_order`` under a mask), then the exact cut with every slot a candidate
+(:func:`~echo_scheduler.cut.exact_cut`, ``gather=False``) or, exploring, the best
+``explore_rows`` (:func:`~echo_scheduler.cut.best_rows`).
+
+Where drafting would stop (no entry to expand, or ``K`` nothing more can use), the fixed
+version returns a frontier with nothing to expand; a caller that drafts a fixed number of
+depths drafts it anyway (its children are invalid slots) and the decisions do not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from echo_gating.policy import GatePolicy
+from echo_scheduler.config import PolicyConfig
+from echo_scheduler.cut import best_rows, exact_cut
+from echo_scheduler.device.layout import (
+    DepthSlab,
+    Frontier,
+    child_parent_slot,
+    compact,
+    row_ranks,
+)
+from echo_scheduler.device.layout import gate_signal as slab_signal
+from echo_scheduler.errors import PolicyError
+from echo_scheduler.interface import RowPrice
+from echo_scheduler.ranking import TIE_WEIGHT, ranks_in_order
+
+DEPTH, WIDTH, REINVEST = 0, 1, 2
+"""Selection tiers, taken in this order (as in echo_scheduler.policies.echo)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepPrices:
+    """What the host decides for one step (echo_scheduler.interface.StepBatch's scalars)."""
+
+    budget: int  # K
+    caps: Tensor  # [B] int64 on the step's device
+    min_utility: float = 0.0
+    node_price: float = 0.0
+    depth_price: float = 0.0
+    row_price: RowPrice | None = None
+    explore_rows: int = 0  # > 0: this step explores (its best rows whatever their price)
+
+    def __post_init__(self) -> None:
+        if self.budget < 0 or self.caps.dim() != 1 or self.caps.dtype != torch.int64:
+            raise PolicyError(
+                f"a step needs K >= 0 and [B] int64 caps, got {self.budget}, "
+                f"{tuple(self.caps.shape)} {self.caps.dtype}"
+            )
+
+
+class FixedEchoStep:
+    """One step of ECHO's decisions in the fixed layout (module docstring)."""
+
+    def __init__(self, config: PolicyConfig, gate: GatePolicy, prices: StepPrices) -> None:
+        self.config, self.gate, self.prices = config, gate, prices
+        self.width = config.draft_width
+        caps = prices.caps
+        self.batch_size = int(caps.shape[0])
+        self.device = caps.device
+        self.truncated_at = torch.where(caps > 0, config.max_depth, 0)
+        self.band_held = torch.zeros_like(caps)
+        self.keys: list[Tensor] = []  # u' per depth, [B, n_d] float32
+        self.slabs: list[DepthSlab] = []
+        self.bands: list[Tensor] = []  # [B, n_d] bool
+        self.eligible: list[Tensor] = []  # [B, n_d] bool, fixed once the depth is drafted
+        self.orders: list[Tensor] = []  # [B, n_d] float64, key + 2^-30 P (_composite)
+        self.fronts: list[Frontier] = []  # the band of each depth, compacted: [B, k0]
+        self.front_ok: list[Tensor] = []  # which compacted band entries are real: [B, k0]
+        self.band_keys: list[Tensor] = []  # their keys, [B, k0]
+        self.band_orders: list[Tensor] = []  # their _composite, [B, k0]
+
+    @property
+    def depth(self) -> int:
+        """Depths drafted so far this step."""
+        return len(self.slabs)
+
+    @property
+    def exploring(self) -> bool:
+        return self.prices.explore_rows > 0
+
+    def after_depth(self, slab: DepthSlab, last: bool = False) -> Frontier:
+        """Fold in depth ``d = depth + 1`` (the children of the last frontier, or the roots'
+        at d = 1) and decide the next frontier (module docstring, 1-5). ``last``: no deeper
+        depth will be drafted (the mode drafts depth 1 only, or ``d`` is the deepest): the
+        band is still extended, for the selection, and nothing is expanded."""
+        d = self.depth + 1
+        expected = self.width if d == 1 else self.config.topk * self.width
+        if slab.path.shape != (self.batch_size, expected):
+            raise PolicyError(
+                f"depth {d} needs a [{self.batch_size}, {expected}] slab, got "
+                f"{tuple(slab.path.shape)}"
+            )
+        key = self._keys(slab, d)
+        if self.gate.is_checkpoint(d):
+            passed = self.gate.gate(d, slab_signal(slab, self.gate.signal, self.width))
+            self.truncated_at = torch.where(~passed & (self.truncated_at > d), d, self.truncated_at)
+        eligible = self._eligible(key, slab.valid, d)
+        order = _composite(key, slab.score)
+        band = eligible & (row_ranks(order, eligible) < self.config.topk)
+        self.eligible.append(eligible)
+        self.orders.append(order)
+        front_slot, front_ok = compact(band, self.config.topk)
+        self.keys.append(key)
+        self.slabs.append(slab)
+        self.bands.append(band)
+        self.band_held = self.band_held + band.sum(dim=1)
+        self.front_ok.append(front_ok)
+        self.band_keys.append(key.gather(1, front_slot))
+        self.band_orders.append(order.gather(1, front_slot))
+        if last or d >= self.config.max_depth:
+            front = Frontier(front_slot, torch.zeros_like(front_ok))
+        else:
+            front = Frontier(front_slot, self._expand(slab, key, d, front_slot, front_ok))
+        self.fronts.append(front)
+        return front
+
+    def _keys(self, slab: DepthSlab, d: int) -> Tensor:
+        """``u'`` of the depth-d slots: [B, n_d] float32."""
+        maps = self.gate.acceptance_maps
+        if maps is None:
+            return slab.score
+        depth = torch.full((slab.path.numel(),), d, dtype=torch.int64, device=self.device)
+        own = maps.expected_accept(depth, slab.path.reshape(-1)).view(slab.path.shape)
+        if d == 1:
+            return own
+        parent = child_parent_slot(self.fronts[-1], self.width)
+        return torch.minimum(own, self.keys[-1].gather(1, parent))
+
+    def _eligible(self, key: Tensor, valid: Tensor, depth: int) -> Tensor:
+        """``d_i <= t_b`` and, under a floor (not exploring), ``u'_i >= u_min``, for the slots
+        of the depth just drafted (after its gate). Fixed from then on: a later checkpoint d'
+        truncates only below d', where a truncated request drafts nothing."""
+        eligible = valid & (self.truncated_at >= depth).unsqueeze(1)
+        if self.prices.min_utility > 0 and not self.exploring:
+            eligible &= key >= self.prices.min_utility
+        return eligible
+
+    def _expand(self, slab: DepthSlab, key: Tensor, d: int, slot: Tensor, ok: Tensor) -> Tensor:
+        """Which of the depth-d band entries (``slot``, ``ok``: [B, k0]) to expand (module
+        docstring, 4-5): [B, k0] bool. Depth d's keys, slab and band entries are already
+        folded in; its frontier is not."""
+        p = self.prices
+        b, k0 = slot.shape
+        # 4. the band so far, [B, d k0] in packed order, under the caps and the budget
+        band_key = torch.cat(self.band_keys, dim=1)
+        band_ok = torch.cat(self.front_ok, dim=1)
+        top = first_in_rows(torch.cat(self.band_orders, dim=1), band_ok, p.caps, p.budget)
+        held = top.sum(dim=1)
+        floor = torch.full((), p.min_utility, device=self.device)  # no host copy
+        filled = held.sum() >= p.budget
+        kept_keys = torch.where(top, band_key, torch.inf)
+        weakest = torch.where(filled, torch.maximum(kept_keys.min(), floor), floor)
+        own_weakest = torch.where(held >= p.caps, kept_keys.amin(dim=1), -torch.inf)  # w_b
+        kept_now = top[:, -k0:]
+        # 5. the children's bound and estimate, the rules, the depth's gain
+        own = key.gather(1, slot)
+        path = slab.path.gather(1, slot)
+        best_q = torch.where(slab.valid, slab.draft, -torch.inf).amax(dim=1, keepdim=True)
+        guess_logp = path + best_q.clamp(max=0.0)
+        maps = self.gate.acceptance_maps
+        if maps is None:
+            bound, guess = own, torch.minimum(own, guess_logp.exp())
+        else:
+            n = path.numel()
+            child = torch.full((2 * n,), d + 1, dtype=torch.int64, device=self.device)
+            logp = torch.cat([path.reshape(-1), guess_logp.reshape(-1).clamp(min=-1e4)])
+            both = maps.expected_accept(child, logp)
+            bound = torch.minimum(own, both[:n].view(b, k0))
+            guess = torch.minimum(own, both[n:].view(b, k0))
+        active = (self.truncated_at > d).unsqueeze(1)
+        go = kept_now & ok & active
+        if p.min_utility > 0:
+            go &= bound >= weakest
+        else:
+            go &= (bound >= weakest) | ~filled
+        at_cap = own_weakest.unsqueeze(1)
+        go &= bound >= at_cap
+        weakest_b = torch.maximum(weakest, at_cap)
+        if p.node_price:
+            go &= guess - weakest_b > p.node_price
+        gain = torch.where(go, guess - weakest_b - p.node_price, 0.0).clamp(min=0)
+        pays = gain.double().sum() >= p.depth_price
+        return go & pays
+
+    def select(self) -> Tensor:
+        """The step's selection over every drafted slot: [B, S] bool, the slabs side by side
+        (module docstring)."""
+        p = self.prices
+        b = self.batch_size
+        if not self.slabs:
+            return torch.zeros(b, 0, dtype=torch.bool, device=self.device)
+        key = torch.cat(self.keys, dim=1)
+        eligible = torch.cat(self.eligible, dim=1)
+        band = torch.cat(self.bands, dim=1)
+        truncated = (self.truncated_at < self.config.max_depth).unsqueeze(1)
+        other = torch.where(truncated, WIDTH, REINVEST)
+        tier = torch.where(eligible, torch.where(band, DEPTH, other), REINVEST + 1)
+        order = torch.cat(self.orders, dim=1)
+        keep = first_in_rows(order, eligible, p.caps, p.budget, tier).reshape(-1)
+        flat_key = key.reshape(-1)
+        if p.row_price is not None and self.gate.acceptance_maps is not None:
+            if self.exploring:
+                score = torch.cat([s.score for s in self.slabs], dim=1).reshape(-1)
+                keep = best_rows(flat_key, keep, p.explore_rows, score)
+            else:
+                keep = exact_cut(flat_key, keep, b, p.row_price, gather=False)
+        return keep.view(b, -1)
+
+
+def first_in_rows(
+    order: Tensor, mask: Tensor, caps: Tensor, budget: int, tier: Tensor | None = None
+) -> Tensor:
+    """Each row's first ``caps[b]`` ``mask`` elements, then the first ``budget`` of those, all
+    in the order (``tier`` asc., ``order`` desc., flat index asc.): [B, n] bool
+    (:func:`~echo_scheduler.ranking.first_in_order` in the fixed layout, rows as groups).
+
+    The flat index is the packed order (echo_scheduler.device.layout), so ties break as there.
+    Two stable sorts of the flat elements (by ``order``, then by ``tier``) give the global
+    order; a third, of the rows in that order, gives each element's rank in its row (the
+    masked count before it in its row). Fixed shape, no host sync."""
+    b, n = order.shape
+    perm = torch.sort(order.reshape(-1), descending=True, stable=True).indices
+    if tier is not None:
+        perm = perm.index_select(
+            0, torch.sort(tier.reshape(-1).index_select(0, perm), stable=True).indices
+        )
+    row = perm // max(n, 1)
+    grouped = perm.index_select(0, torch.sort(row, stable=True).indices)
+    m = mask.reshape(-1)
+    rank = ranks_in_order(torch.arange(b, device=order.device).repeat_interleave(n), grouped, m)
+    within = m & (rank < caps.repeat_interleave(n))
+    ordered = within.index_select(0, perm)
+    taken = ordered & (torch.cumsum(ordered.to(torch.int64), 0) <= budget)
+    return torch.empty_like(taken).index_copy_(0, perm, taken).view(b, n)
+
+
+def _composite(key: Tensor, score: Tensor) -> Tensor:
+    """``key + 2^-30 P`` in float64: :func:`~echo_scheduler.ranking.key_order`'s sort value."""
+    return key.to(torch.float64) + TIE_WEIGHT * score.to(torch.float64)

@@ -1,0 +1,130 @@
+"""The fixed-shape layout of a step's candidates: every depth a [B, n_d] slab of slots.
+
+Depth 1 holds each request's ``W`` root children (``n_1 = W``); every deeper depth holds the
+children of a padded frontier of ``F = k0`` slots per request (``n_d = F W``), slot
+``f W + w`` being the ``w``-th child (drafter rank) of frontier entry ``f``. A slot is *valid*
+when its parent was expanded and the drafter returned that child; an invalid slot carries
+``path = draft = -inf`` and is never eligible. Shapes depend only on (B, W, F, depth), so a
+step is a fixed sequence of tensor ops with no host sync (issue #44), and a CUDA graph can
+capture it.
+
+Order. A frontier lists its entries by ascending slot, and every slab keeps (frontier entry,
+rank) order, so concatenating the slabs of one request (depth 1, 2, ...) and the requests one
+after another lists valid slots in exactly the packed :class:`~echo_core.tree.TreeBatch` order
+(request, depth, parent, rank) that :func:`~echo_scheduler.pool.grow_pool` builds: ties broken
+by index break the same way in both layouts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from echo_scheduler.errors import PolicyError
+
+
+@dataclass(frozen=True, slots=True)
+class DepthSlab:
+    """One drafted depth in the fixed layout (module docstring): [B, n_d] each."""
+
+    path: Tensor  # float32 log P of every slot, -inf where invalid
+    draft: Tensor  # float32 log q(token | parent), -inf where invalid
+    valid: Tensor  # bool
+
+    def __post_init__(self) -> None:
+        shape = self.path.shape
+        if self.path.dim() != 2 or self.draft.shape != shape or self.valid.shape != shape:
+            raise PolicyError(
+                "a depth slab needs [B, n] path, draft and valid tensors, got "
+                f"{tuple(self.path.shape)}, {tuple(self.draft.shape)}, {tuple(self.valid.shape)}"
+            )
+        if self.valid.dtype != torch.bool:
+            raise PolicyError(f"valid must be bool, got {self.valid.dtype}")
+
+    @property
+    def score(self) -> Tensor:
+        """``P = exp(path)`` (0 where invalid): [B, n_d] float32."""
+        return self.path.to(torch.float32).exp()
+
+
+@dataclass(frozen=True, slots=True)
+class Frontier:
+    """The slots of one depth a step may expand: ``slot`` [B, F] int64 indices into that depth's
+    slab, ascending per request (padding repeats slot 0), ``expand`` [B, F] bool: draft this
+    entry's children (False for padding)."""
+
+    slot: Tensor
+    expand: Tensor
+
+
+def compact(mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
+    """The first ``width`` True columns of every row of ``mask`` ([B, n] bool), ascending:
+    ``(slot [B, width] int64, ok [B, width] bool)``; rows with fewer are padded with slot 0 and
+    ``ok`` False. Column c goes to position ``cumsum(mask)_c - 1`` (one scatter; positions
+    past ``width`` land in a dropped column): fixed shape, no host sync."""
+    b, n = mask.shape
+    rank = torch.cumsum(mask.to(torch.int64), dim=1) - 1
+    target = torch.where(mask & (rank < width), rank, width)
+    cols = torch.arange(n, device=mask.device).expand(b, n)
+    out = torch.zeros(b, width + 1, dtype=torch.int64, device=mask.device)
+    slot = out.scatter_(1, target, cols)[:, :width]
+    ok = torch.arange(width, device=mask.device) < mask.sum(dim=1, keepdim=True)
+    return torch.where(ok, slot, 0), ok
+
+
+def row_ranks(order: Tensor, mask: Tensor) -> Tensor:
+    """Rank of every element among its row's ``mask`` elements by ``order`` descending, ties
+    to the lower column: ``#{j in mask: o_j > o_i or (o_j = o_i and j < i)}`` ([B, n] each,
+    [B, n] int64 out; meaningful where ``mask``). Pairwise, [B, n, n]: for the short rows of
+    one depth (n <= k0 W) cheaper than a sort and its inverse."""
+    n = order.shape[1]
+    col = torch.arange(n, device=order.device)
+    a, b = order.unsqueeze(2), order.unsqueeze(1)  # a: element i, b: rival j
+    ahead = (b > a) | ((b == a) & (col.view(1, 1, n) < col.view(1, n, 1)))
+    return (ahead & mask.unsqueeze(1)).sum(dim=2)
+
+
+def child_parent_slot(front: Frontier, width: int) -> Tensor:
+    """For every slot of the depth drafted from ``front``, its parent's slot in the depth
+    before: [B, F W] int64 (``front.slot`` repeated ``width`` times along each row)."""
+    return front.slot.repeat_interleave(width, dim=1)
+
+
+def layer_confidence(slab: DepthSlab) -> Tensor:
+    """``C_b(d) = max P`` over request b's valid depth-d slots, 0 without one: [B] float32
+    (echo_gating.signals.layer_confidence in the fixed layout)."""
+    return torch.where(slab.valid, slab.score, 0.0).amax(dim=1)
+
+
+def sibling_margin(slab: DepthSlab, width: int) -> Tensor:
+    """``M_b(d)`` (echo_gating.signals.sibling_margin) in the fixed layout: [B] float32.
+
+    Siblings are the ``width`` slots of one frontier entry. Among them ``q_(1) - q_(2)`` of
+    the draft probabilities, 0 when two tie for first; the request's value is the margin of its
+    best valid slot (highest ``P``, ties to the largest margin), 0 without one."""
+    b, n = slab.path.shape
+    q = torch.where(slab.valid, slab.draft.to(torch.float32).exp(), 0.0).view(b, n // width, width)
+    valid = slab.valid.view(b, n // width, width)
+    first = q.amax(dim=2, keepdim=True)
+    is_top = valid & (q >= first)
+    second = torch.where(is_top, 0.0, q).amax(dim=2, keepdim=True)
+    second = torch.where(is_top.sum(dim=2, keepdim=True) > 1, first, second)
+    margin = (first - second).expand(b, n // width, width).reshape(b, n)
+    best = torch.where(slab.valid, slab.path, -torch.inf).amax(dim=1, keepdim=True)
+    at_best = slab.valid & (slab.path >= best)
+    return torch.where(at_best, margin, 0.0).amax(dim=1)
+
+
+SIGNALS = ("layer_confidence", "sibling_margin")
+"""The gate signals the fixed layout computes (echo_gating.signals.GATE_SIGNALS)."""
+
+
+def gate_signal(slab: DepthSlab, name: str, width: int) -> Tensor:
+    """The gate signal ``name`` of every request at the slab's depth: [B] float32."""
+    if name == "layer_confidence":
+        return layer_confidence(slab)
+    if name == "sibling_margin":
+        return sibling_margin(slab, width)
+    raise PolicyError(f"the fixed layout has no gate signal {name!r}; known: {SIGNALS}")

@@ -1,0 +1,174 @@
+"""Issue #44: ECHO's decisions in the fixed layout (echo_scheduler.device) decide as ``echo``
+does, plan for plan and node for node, with no host sync inside the fixed step."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from echo_core.testing import HostSyncCounter
+from echo_core.tree import TreeBatch, make_tree
+from echo_gating.policy import GatePolicy
+from echo_gating.signals import layer_confidence, sibling_margin
+from echo_gating.testing import stepped_gate
+from echo_scheduler.config import PolicyConfig
+from echo_scheduler.cost import ProfileCost
+from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices
+from echo_scheduler.device.adapter import DeviceEchoPolicy, depth_slab
+from echo_scheduler.device.layout import compact
+from echo_scheduler.device.layout import layer_confidence as slab_confidence
+from echo_scheduler.device.layout import sibling_margin as slab_margin
+from echo_scheduler.driver import drive_step
+from echo_scheduler.interface import RowPrice, StepBatch, StepOutcome
+from echo_scheduler.outcome import accepted_lengths
+from echo_scheduler.policies import make_policy
+from echo_scheduler.policies.echo import EchoPolicy
+from echo_scheduler.simulator import SimSource
+from echo_scheduler.workloads import SyntheticWorkload
+
+FAST = settings(max_examples=40, deadline=None)
+CONFIG = PolicyConfig(max_depth=6, max_width=4)
+PRICE = RowPrice(40.0, ProfileCost((1.0, 8.0, 64.0, 512.0), (0.010, 0.0104, 0.012, 0.040)))
+
+
+def _gated_maps(signal: str = "layer_confidence") -> GatePolicy:
+    gate = GatePolicy.sparse({1: 0.5, 3: 0.3}, max_depth=6)
+    return dataclasses.replace(gate, acceptance_maps=stepped_gate().acceptance_maps, signal=signal)
+
+
+GATES = (
+    GatePolicy.none(),
+    GatePolicy.sparse({2: 0.4}, max_depth=6),
+    stepped_gate(),
+    _gated_maps(),
+    _gated_maps("sibling_margin"),
+)
+
+
+def _per_request(pool: TreeBatch, mask: torch.Tensor) -> torch.Tensor:
+    return torch.bincount(pool.request_index()[mask], minlength=pool.batch_size)
+
+
+@FAST
+@given(
+    seed=st.integers(0, 10_000),
+    batch=st.integers(1, 8),
+    budget=st.integers(1, 120),
+    floor=st.sampled_from([0.0, 0.1, 0.45]),
+    node_price=st.sampled_from([None, 0.05]),
+    priced=st.booleans(),
+    explore=st.sampled_from([0, 3]),
+)
+def test_the_fixed_layout_plans_and_selects_as_echo_does(
+    seed: int,
+    batch: int,
+    budget: int,
+    floor: float,
+    node_price: float | None,
+    priced: bool,
+    explore: int,
+) -> None:
+    """Every gate (with and without maps, both gate signals), budgets that bind or not, caps,
+    floors, node prices, the exact cut and exploration: the same depths, expansions, pools and
+    selections as ``echo``, step after step (each observed, so ledgers and the mode chooser
+    move alike)."""
+    steps = SyntheticWorkload.qwen().sample(batch, 6, torch.Generator().manual_seed(seed))
+    for gate in GATES:
+        ref, dev = EchoPolicy(CONFIG, gate), DeviceEchoPolicy(CONFIG, gate)
+        for step in steps:
+            runs = []
+            for policy in (ref, dev):
+                batch_in = StepBatch(
+                    batch, budget, step.max_nodes, min_utility=floor, node_price=node_price,
+                    depth_price=0.01, row_price=PRICE if priced else None, explore_rows=explore,
+                )  # fmt: skip
+                run = drive_step(policy, SimSource(step), batch_in, strict=True)
+                lengths = accepted_lengths(run.pool, run.keep, step.target)
+                verified = _per_request(run.pool, run.keep)
+                policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+                runs.append(run)
+            a, b = runs
+            assert a.depths == b.depths, gate
+            assert a.expansions == b.expansions
+            assert torch.equal(a.pool.token, b.pool.token)
+            assert torch.equal(a.pool.cu_nodes, b.pool.cu_nodes)
+            assert torch.equal(a.keep, b.keep), gate
+        assert ref.step_modes == dev.step_modes
+
+
+def test_echo_device_is_registered_and_offered() -> None:
+    policy = make_policy("echo_device", CONFIG, gate=stepped_gate())
+    assert isinstance(policy, DeviceEchoPolicy)
+    assert policy.name == "echo_device"
+
+
+def _slabs(batch: int, seed: int) -> tuple[DeviceEchoPolicy, StepBatch, list[DepthSlab]]:
+    """A step ``echo_device`` drafted on a synthetic step, and the slabs it saw."""
+    step = SyntheticWorkload.qwen().sample(batch, 1, torch.Generator().manual_seed(seed))[0]
+    policy = DeviceEchoPolicy(CONFIG, _gated_maps())
+    batch_in = StepBatch(batch, 4 * batch, step.max_nodes, min_utility=0.05, row_price=PRICE)
+    drive_step(policy, SimSource(step), batch_in, strict=True)
+    assert policy.fixed is not None
+    return policy, batch_in, list(policy.fixed.slabs)
+
+
+@pytest.mark.parametrize("batch", [1, 16, 64])
+def test_the_fixed_step_makes_no_host_sync(batch: int) -> None:
+    """After every depth and at the selection, whatever the batch: zero reads of the device."""
+    policy, batch_in, slabs = _slabs(batch, batch)
+    assert len(slabs) >= 2
+    prices = StepPrices(
+        batch_in.budget, batch_in.max_nodes, min_utility=0.05, depth_price=0.0, row_price=PRICE
+    )
+    fixed = FixedEchoStep(CONFIG, _gated_maps(), prices)
+    with HostSyncCounter() as syncs:
+        for i, slab in enumerate(slabs):
+            fixed.after_depth(slab, last=i == len(slabs) - 1)
+        keep = fixed.select()
+    assert syncs.total == 0, dict(syncs.sites)
+    assert policy.fixed is not None
+    assert torch.equal(keep, policy.fixed.select())
+
+
+def test_compact_lists_the_first_true_columns_in_order() -> None:
+    mask = torch.tensor([[False, True, True, False, True], [False] * 5, [True] * 5])
+    slot, ok = compact(mask, 3)
+    assert slot.tolist() == [[1, 2, 4], [0, 0, 0], [0, 1, 2]]
+    assert ok.tolist() == [[True] * 3, [False] * 3, [True] * 3]
+    slot, ok = compact(mask[:, :2], 3)
+    assert slot.tolist() == [[1, 0, 0], [0, 0, 0], [0, 1, 0]]
+    assert ok.tolist() == [[True, False, False], [False] * 3, [True, True, False]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_gate_signals_in_the_fixed_layout_equal_the_packed_ones(seed: int) -> None:
+    step = SyntheticWorkload.qwen().sample(5, 1, torch.Generator().manual_seed(seed))[0]
+    policy = DeviceEchoPolicy(CONFIG, GatePolicy.none())
+    batch_in = StepBatch(5, 200, step.max_nodes)
+    run = drive_step(policy, SimSource(step), batch_in, strict=True)
+    assert policy.fixed is not None
+    for d, slab in enumerate(policy.fixed.slabs, start=1):
+        torch.testing.assert_close(slab_confidence(slab), layer_confidence(run.pool, d))
+        width = CONFIG.draft_width
+        torch.testing.assert_close(slab_margin(slab, width), sibling_margin(run.pool, d))
+
+
+def test_a_slab_puts_each_child_under_its_frontier_entry() -> None:
+    """Two requests; request 0 expands entries 0 and 2 of its frontier, request 1 none: the
+    children land in columns ``f W + w`` and nowhere else."""
+    pool = make_tree(
+        [
+            [(1, -1, -0.1), (2, -1, -0.2), (3, -1, -0.3), (4, 0, -0.4), (5, 2, -0.5), (6, 2, -0.6)],
+            [(7, -1, -0.7)],
+        ]
+    )
+    prev_local = torch.tensor([[0, 1, 2], [0, -1, -1]])
+    expand = torch.tensor([[True, False, True], [False, False, False]])
+    front = Frontier(torch.tensor([[0, 1, 2], [0, 0, 0]]), expand)
+    slab, local = depth_slab(pool, torch.tensor([3, 4, 5]), 2, (prev_local, front))
+    assert local.tolist() == [[3, -1, -1, -1, 4, 5], [-1] * 6]
+    assert slab.valid.tolist() == [[True, False, False, False, True, True], [False] * 6]

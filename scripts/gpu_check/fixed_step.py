@@ -1,0 +1,88 @@
+"""ECHO's fixed-layout step on the device, eager and in a CUDA graph (issue #44).
+
+Per (trace, B): the drafted steps of ``echo_device`` on the recorded pools are captured on the
+CPU (:func:`echo_lab.replay.fixedstep.capture_steps`; the replay, its floor fed by the measured
+H200 step model) and moved to the device. For each step the policy part (after every depth, the
+selection) runs eagerly, synchronized (``eager_ms``), its host syncs counted (must be 0) and its
+selection compared with the CPU's; on CUDA it is then captured in a CUDA graph and replayed
+(``graph_ms``, ``graph_same``: the replay's selection equals the eager one). Medians over steps.
+The dry run (CPU) runs the eager part at one batch size on one trace.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from echo_core.testing import HostSyncCounter
+from echo_lab.replay.costs import load_profiled
+from echo_lab.replay.fixedstep import capture_steps, run_step, time_eager, time_graph
+
+REPO = Path(__file__).resolve().parents[2]
+GPU_COST = REPO / "traces" / "cost-gpu-h200-llama8b.json"
+TRACES = tuple(sorted((REPO / "traces").glob("trace-*.json.gz")))
+GPU_BATCHES = (16, 64, 256)
+CPU_BATCHES = (16,)
+STEPS = 12
+
+
+def run_fixed_step(
+    device: torch.device,
+    batches: tuple[int, ...],
+    steps: int = STEPS,
+    traces: tuple[Path, ...] = TRACES,
+) -> dict[str, Any]:
+    """The cells of the module docstring as a JSON-ready dict; ``ok`` when every step made no
+    host sync and every selection matched (the CPU's, and on CUDA the graph replay's)."""
+    cost = load_profiled(GPU_COST, "gpu")
+    cells = []
+    ok = True
+    for trace in traces:
+        name = trace.name.removeprefix("trace-").split(".")[0]
+        for b in batches:
+            captured = capture_steps(trace, b, steps, cost)
+            eager, graph, syncs, depths = [], [], [], []
+            same = graph_same = True
+            for step in (s.to(device) for s in captured):
+                with HostSyncCounter(device_only=device.type != "cpu") as counter:
+                    keep = run_step(step)
+                syncs.append(counter.total)
+                same &= bool(torch.equal(keep.cpu(), step.keep.cpu()))
+                eager.append(time_eager(step))
+                depths.append(step.depths)
+                if device.type == "cuda":
+                    ms, equal = time_graph(step)
+                    graph.append(ms)
+                    graph_same &= equal
+            cell = {
+                "trace": name,
+                "batch": b,
+                "steps": len(captured),
+                "depths": round(statistics.mean(depths), 2) if depths else 0.0,
+                "syncs_max": max(syncs, default=0),
+                "same_as_cpu": same,
+                "eager_ms": round(statistics.median(eager), 4) if eager else None,
+                "graph_ms": round(statistics.median(graph), 4) if graph else None,
+                "graph_same": graph_same if graph else None,
+            }
+            ok &= same and graph_same and cell["syncs_max"] == 0
+            cells.append(cell)
+    return {"device": str(device), "cost_file": GPU_COST.name, "cells": cells, "ok": ok}
+
+
+def format_cells(result: dict[str, Any]) -> list[str]:
+    """One printed line per cell."""
+    lines = [f"{'trace':<10} {'B':>4} {'steps':>5} {'depths':>6} {'syncs':>5} {'same':>4} "
+             f"{'eager ms':>9} {'graph ms':>9} {'graph ok':>8}"]  # fmt: skip
+    for c in result["cells"]:
+        lines.append(
+            f"{c['trace']:<10} {c['batch']:>4} {c['steps']:>5} {c['depths']:>6} "
+            f"{c['syncs_max']:>5} {'yes' if c['same_as_cpu'] else 'NO':>4} "
+            f"{c['eager_ms'] if c['eager_ms'] is not None else '-':>9} "
+            f"{c['graph_ms'] if c['graph_ms'] is not None else '-':>9} "
+            f"{str(c['graph_same']) if c['graph_same'] is not None else '-':>8}"
+        )
+    return lines

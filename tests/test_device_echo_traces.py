@@ -1,0 +1,35 @@
+"""Issue #44: on the committed traces, ECHO decided in the fixed layout (``echo_device``) drafts,
+verifies and accepts exactly what ``echo`` does, step for step, at B = 16, 64 and 256, with the
+floor fed by the measured H200 step model (the replay's ECHO arm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from echo_lab.replay.arms import DEVICE_ARM, default_arms, optional_arms
+from echo_lab.replay.costs import load_profiled
+from echo_lab.replay.run import calibrate_rows, compose_steps, drive_arm, split_warmup
+from echo_lab.sim.rows import load_rows
+
+TRACES = Path(__file__).resolve().parents[1] / "traces"
+
+
+@pytest.mark.parametrize("name", ["humaneval", "mtbench", "summarize"])
+def test_echo_device_replays_as_echo_on_the_recorded_pools(name: str) -> None:
+    cost = load_profiled(TRACES / "cost-gpu-h200-llama8b.json", "gpu")
+    warm, rows = split_warmup(load_rows([TRACES / f"trace-{name}.json.gz"]), 0.3, 0)
+    gates = calibrate_rows(warm, 8)
+    echo = next(a for a in default_arms() if a.name == "echo")
+    device = next(a for a in optional_arms() if a.name == DEVICE_ARM)
+    for batch in (16, 64, 256):
+        steps = compose_steps(rows, batch, 6, 0)
+        a = drive_arm(echo, steps, gates, cost)
+        b = drive_arm(device, steps, gates, cost)
+        assert int(a.calls.sum()) > 0 and int(a.verified.sum()) > 0, (name, batch)
+        for field in ("accepted", "verified", "calls", "expansions"):
+            assert torch.equal(getattr(a, field), getattr(b, field)), (name, batch, field)
+        assert a.request_verified is not None and b.request_verified is not None
+        assert torch.equal(a.request_verified, b.request_verified)
