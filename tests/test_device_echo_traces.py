@@ -28,8 +28,10 @@ def test_echo_device_replays_as_echo_on_the_recorded_pools(name: str) -> None:
         steps = compose_steps(rows, batch, 6, 0)
         a = drive_arm(echo, steps, gates, cost)
         b = drive_arm(device, steps, gates, cost)
-        assert int(a.calls.sum()) > 0 and int(a.verified.sum()) > 0, (name, batch)
+        assert int(a.calls.sum()) > 0, (name, batch)
+        assert int(a.verified.sum()) > 0, (name, batch)
         for field in ("accepted", "verified", "calls", "expansions"):
             assert torch.equal(getattr(a, field), getattr(b, field)), (name, batch, field)
-        assert a.request_verified is not None and b.request_verified is not None
+        assert a.request_verified is not None
+        assert b.request_verified is not None
         assert torch.equal(a.request_verified, b.request_verified)
