@@ -1,5 +1,6 @@
-"""The policy driver loop exists once: only echo_scheduler.driver calls a policy's
-``after_depth`` (the engine, the simulator and the SGLang replay all go through it)."""
+"""The policy driver loop exists once per layout: only echo_scheduler.driver calls a policy's
+``after_depth`` (the engine, the simulator and the SGLang replay all go through it), and only
+echo_scheduler.device.driver its ``fixed_depth`` (the fixed layout's drafters)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "packages/echo-scheduler/src/echo_scheduler/driver.py"
+FIXED_DRIVER = ROOT / "packages/echo-scheduler/src/echo_scheduler/device/driver.py"
 
 
 def _calls(path: Path, method: str) -> list[int]:
@@ -32,3 +34,16 @@ def test_only_the_driver_runs_the_draft_loop() -> None:
     assert offenders == {}, f"a second draft-and-select loop: {offenders}"
     assert _calls(DRIVER, "after_depth")
     assert _calls(DRIVER, "begin_step")
+
+
+def test_only_the_fixed_driver_runs_the_fixed_layout_loop() -> None:
+    sources = sorted(ROOT.glob("packages/*/src/**/*.py"))
+    assert FIXED_DRIVER in sources
+    offenders = {
+        str(p.relative_to(ROOT)): lines
+        for p in sources
+        if p != FIXED_DRIVER and (lines := _calls(p, "fixed_depth"))
+    }
+    assert offenders == {}, f"a second fixed-layout loop: {offenders}"
+    assert _calls(FIXED_DRIVER, "fixed_depth")
+    assert _calls(FIXED_DRIVER, "begin_fixed")

@@ -4,8 +4,8 @@ plain and EAGLE-3 output, acceptance happening, feedback reaching the policy, ba
 Prompts: HumanEval (sent raw), MT-Bench first turns (chat template) and prompts built like the
 head's training data with another seed (hold-out style), as token ids through ``/generate`` so
 every server sees exactly the same input. The servers run float32 (harness). Tests that need a
-speculative server take ``spec`` (ECHO, then SGLang's EAGLE-3 with the same head), so pytest runs
-all of one mode's tests before starting the other.
+speculative server take ``spec`` (ECHO, ECHO as ``echo_device``, then SGLang's EAGLE-3 with the same
+head), so pytest runs all of one mode's tests before starting the next.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def plain_outputs(server: Callable[[str], Server], prompts: Prompts) -> dict[str
     return {name: plain.generate(ids, NEW_TOKENS)["output_ids"] for name, ids in prompts}
 
 
-@pytest.fixture(scope="module", params=["echo", "eagle3"])
+@pytest.fixture(scope="module", params=["echo", "echo_device", "eagle3"])
 def spec(
     request: pytest.FixtureRequest,
     server: Callable[[str], Server],

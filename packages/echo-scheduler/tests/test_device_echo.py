@@ -127,7 +127,7 @@ def test_the_fixed_step_makes_no_host_sync(batch: int) -> None:
     fixed = FixedEchoStep(CONFIG, _gated_maps(), prices)
     with HostSyncCounter() as syncs:
         for i, slab in enumerate(slabs):
-            fixed.after_depth(slab, last=i == len(slabs) - 1)
+            fixed.fold_depth(slab, last=i == len(slabs) - 1)
         keep = fixed.select()
     assert syncs.total == 0, dict(syncs.sites)
     assert policy.fixed is not None

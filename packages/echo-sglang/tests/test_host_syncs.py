@@ -29,7 +29,13 @@ SHAPES = [(3, 2, 8), (3, 4, 16), (4, 4, 16), (4, 8, 32)]
 """(S, k, N) of EAGLE's draft: two widths at each depth."""
 
 
-def _step_syncs(steps: int, topk: int, n: int, batch: int) -> HostSyncCounter:
+ECHO_DEVICE_SYNCS = 2
+"""``echo_device``'s whole step (plan_layout + overwrite), whatever S, k, N and B: two reads of
+the step's caps, which the plugin keeps on the host (StepBatch's check, the pre-check's live
+count); nothing on the device."""
+
+
+def _step_syncs(steps: int, topk: int, n: int, batch: int, policy: str = "echo") -> HostSyncCounter:
     gen = torch.Generator().manual_seed(steps * 100 + batch)
     lists = eagle_draft(gen, batch, steps, topk, vocab=32)
     root, seq_lens = torch.arange(batch) + 7, torch.arange(batch) % 5 + 1
@@ -41,11 +47,12 @@ def _step_syncs(steps: int, topk: int, n: int, batch: int) -> HostSyncCounter:
         retrieve_next_sibling=torch.zeros(batch, n, dtype=torch.int64),
         custom_mask=torch.zeros(batch * n * (n + 5), dtype=torch.uint8),  # Triton's buffer
     )
-    step = EchoStep(resolve(EchoArgs(), EagleShape(steps, topk, n)))
-    step.plan(*lists, root, seq_lens)  # the first step warms the policy's state up
-    with HostSyncCounter() as syncs:
-        _, layout = step.plan(*lists, root, seq_lens)
-        overwrite_verify_input(verify_input, layout, TreeMaskMode.FULL_MASK)
+    step = EchoStep(resolve(EchoArgs(policy=policy), EagleShape(steps, topk, n)))
+    step.plan_layout(*lists, root, seq_lens)  # the first step warms the policy's state up
+    with HostSyncCounter() as syncs:  # the worker's calls
+        layout = step.plan_layout(*lists, root, seq_lens)
+        mode = TreeMaskMode.FULL_MASK
+        overwrite_verify_input(verify_input, layout, mode, prefix_filled=step.sync_free)
     return syncs
 
 
@@ -55,3 +62,11 @@ def test_step_syncs_depend_on_draft_depth_only() -> None:
         at_depth = {v for (d, _, _, _), v in totals.items() if d == s}
         assert len(at_depth) == 1, totals  # the same for every batch size and width
         assert at_depth.pop() <= SYNCS_PER_DEPTH * s + SYNCS_PER_STEP, totals
+
+
+def test_echo_device_step_syncs_are_flat_in_depth_width_and_batch() -> None:
+    """Issue #44: ECHO in the fixed layout (FixedPoolReplay, fixed_encode) reads only its host
+    caps at every shape, against 49-58 syncs for ``echo`` through PoolReplay at these shapes."""
+    for s, k, n in SHAPES:
+        for b in (8, 48, 256):
+            assert _step_syncs(s, k, n, b, "echo_device").total == ECHO_DEVICE_SYNCS, (s, k, n, b)

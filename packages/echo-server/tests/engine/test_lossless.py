@@ -106,7 +106,7 @@ def test_elastic_echo_with_the_shipped_head_equals_plain_decoding(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["echo_noledger"])
+@pytest.mark.parametrize("policy", ["echo_noledger", "echo_device"])
 def test_echo_variants_with_the_shipped_head_equal_plain_decoding(
     smollm: LoadedModel, plain_outputs: dict[str, list[int]], policy: str
 ) -> None:

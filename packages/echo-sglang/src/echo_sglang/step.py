@@ -6,7 +6,8 @@ calls :meth:`EchoStep.plan` and :func:`overwrite_verify_input`:
 
 1. pool = every EAGLE candidate (:func:`~echo_sglang.eagle_pool.pool_from_eagle`);
 2. the policy gates and selects at most ``K = config.step_budget(B)`` nodes for the whole batch,
-   at most ``N - 1`` per request (:class:`~echo_sglang.selection.PoolReplay`);
+   at most ``N - 1`` per request (:class:`~echo_sglang.selection.PoolReplay`; for
+   ``echo_device``, :class:`~echo_sglang.fixed_replay.FixedPoolReplay`, no host sync);
 3. the SuperTree is encoded in SGLang's padded layout with EAGLE's shapes (``T = N``, accept width
    ``S + 1``) and copied *into* EAGLE's tensors, which keeps their storage: SGLang's CUDA-graph
    and attention-backend buffers stay valid.
@@ -23,16 +24,19 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from echo_core.tree import TreeBatch
 from echo_gating.drift import DriftConfig, DriftMonitor, DriftReport
+from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_sglang.config import EchoConfig
-from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
+from echo_sglang.eagle_pool import EaglePool, concat_draft_lists, pool_from_eagle
 from echo_sglang.feedback import FeedbackError, StepFeedback, step_feedback
+from echo_sglang.fixed_encode import fixed_verify_input, write_tree_blocks
+from echo_sglang.fixed_replay import FixedChoice, FixedPoolReplay
 from echo_sglang.masks import TreeMaskMode, write_mask
 from echo_sglang.padded import PaddedVerifyInput, padded_verify_input
 from echo_sglang.selection import PoolReplay, Selection
@@ -52,6 +56,23 @@ LOG_FEEDBACK = "ECHO_SGLANG_LOG_FEEDBACK"
 """Set to 1 to log every fed-back step (``echo_feedback ...``: running totals): tests, debugging."""
 
 
+@dataclass(slots=True)
+class _Planned:
+    """The step planned last: its pool and the policy's choice (a packed Selection, or the
+    fixed layout's masks, packed on first use)."""
+
+    pool: EaglePool
+    selection_: Selection | None = None
+    choice: FixedChoice | None = None
+
+    def selection(self) -> Selection:
+        if self.selection_ is None:
+            if self.choice is None:
+                raise ValueError("a planned step holds a selection or a fixed choice")
+            self.selection_ = self.choice.selection(self.pool)
+        return self.selection_
+
+
 class EchoStep:
     """ECHO's selection for one SGLang worker (the policy keeps per-step state).
 
@@ -63,9 +84,12 @@ class EchoStep:
 
     def __init__(self, config: EchoConfig, drift: DriftConfig | None = None) -> None:
         self.config = config
-        self.replay = PoolReplay(config.make_policy())
+        policy = config.make_policy()
+        self.replay: PoolReplay | FixedPoolReplay = (
+            FixedPoolReplay(policy) if isinstance(policy, DeviceEchoPolicy) else PoolReplay(policy)
+        )
         self.monitor = None if config.gate is None else DriftMonitor(config.gate, drift)
-        self._planned: tuple[TreeBatch, Selection] | None = None
+        self._planned: _Planned | None = None
         self._advised = False
         self.observed_steps = self.accepted_tokens = self.verified_nodes = 0
         self.refused_feedback = self.drift_records = 0
@@ -80,23 +104,44 @@ class EchoStep:
         seq_lens: Tensor,  # [B] int64, cached tokens per request
     ) -> tuple[Selection, PaddedVerifyInput]:
         """Select this step's SuperTree and encode it (module docstring, steps 1-3)."""
+        layout = self.plan_layout(score_list, token_list, parents_list, root_token, seq_lens)
+        planned = self._planned
+        assert planned is not None  # plan_layout just set it
+        return planned.selection(), layout
+
+    def plan_layout(
+        self,
+        score_list: Sequence[Tensor],
+        token_list: Sequence[Tensor],
+        parents_list: Sequence[Tensor],
+        root_token: Tensor,  # [B] int64, the verified last token per request
+        seq_lens: Tensor,  # [B] int64, cached tokens per request
+    ) -> PaddedVerifyInput:
+        """:meth:`plan`'s encoding alone, what the worker copies into SGLang's tensors. With
+        ``echo_device`` (:class:`~echo_sglang.fixed_replay.FixedPoolReplay`) the decisions and
+        the encoding (:func:`~echo_sglang.fixed_encode.fixed_verify_input`) read nothing on the
+        host; the packed SuperTree is built only when feedback or :meth:`plan` needs it."""
         cfg = self.config
-        pool = pool_from_eagle(*concat_draft_lists(score_list, token_list, parents_list), cfg.topk)
+        scores, tokens, parents = concat_draft_lists(score_list, token_list, parents_list)
+        pool = pool_from_eagle(scores, tokens, parents, cfg.topk)
         b = pool.tree.batch_size
+        root, lens = root_token.to(torch.int64), seq_lens.to(torch.int64)
+        if isinstance(self.replay, FixedPoolReplay):  # echo_device: the fixed layout
+            caps = torch.full((b,), cfg.max_nodes_per_request, dtype=torch.int64)  # host
+            choice = self.replay.decide(pool, scores, tokens, parents, cfg.step_batch(caps))
+            self._planned = _Planned(pool, choice=choice)
+            return fixed_verify_input(
+                choice.slots, root, lens, cfg.num_draft_tokens, cfg.num_steps + 1
+            )
         caps = torch.full(
             (b,), cfg.max_nodes_per_request, dtype=torch.int64, device=pool.tree.device
         )
-        batch = cfg.step_batch(caps)
-        selection = self.replay.select(pool.tree, pool.rank, batch)
-        self._planned = (pool.tree, selection)
-        layout = padded_verify_input(
-            selection.tree,
-            root_token.to(torch.int64),
-            seq_lens.to(torch.int64),
-            num_draft_tokens=cfg.num_draft_tokens,
-            max_tree_depth=cfg.num_steps + 1,
-        )
-        return selection, layout
+        selection = self.replay.select(pool.tree, pool.rank, cfg.step_batch(caps))
+        self._planned = _Planned(pool, selection_=selection)
+        return padded_verify_input(
+            selection.tree, root, lens,
+            num_draft_tokens=cfg.num_draft_tokens, max_tree_depth=cfg.num_steps + 1,
+        )  # fmt: skip
 
     def observe(self, num_correct: Sequence[int]) -> StepFeedback | None:
         """SGLang's accepted draft tokens per request for the last planned step (bonus excluded).
@@ -108,9 +153,9 @@ class EchoStep:
         planned, self._planned = self._planned, None
         if planned is None:
             return None
-        pool, selection = planned
+        selection = planned.selection()
         try:
-            fed = step_feedback(selection.tree, pool, selection.drafted, num_correct)
+            fed = step_feedback(selection.tree, planned.pool.tree, selection.drafted, num_correct)
         except FeedbackError as exc:
             self.refused_feedback += 1
             logger.warning("echo_feedback_refused reason=%r", str(exc))
@@ -139,19 +184,31 @@ class EchoStep:
             )  # fmt: skip
         return fed
 
+    @property
+    def sync_free(self) -> bool:
+        """:meth:`plan_layout` reads nothing on the host (``echo_device``), and SGLang's mask
+        buffer may be overwritten with ``prefix_filled`` (:func:`overwrite_verify_input`)."""
+        return isinstance(self.replay, FixedPoolReplay)
+
     def drift(self) -> DriftReport | None:
         """The drift monitor's report (None without a gate)."""
         return None if self.monitor is None else self.monitor.check()
 
 
 def overwrite_verify_input(
-    verify_input: Any, layout: PaddedVerifyInput, mask_mode: TreeMaskMode | int
+    verify_input: Any,
+    layout: PaddedVerifyInput,
+    mask_mode: TreeMaskMode | int,
+    prefix_filled: bool = False,
 ) -> None:
     """Copy ``layout`` into SGLang's ``EagleVerifyInput`` tensors in place.
 
     The shapes are EAGLE's (same ``T``, same batch); the mask is encoded in ``mask_mode`` and
     written over the front of ``custom_mask``, which may be a larger preallocated buffer, in that
     buffer's dtype (bool, or 0/1 uint8 for the bool encodings: :func:`~.masks.write_mask`).
+    ``prefix_filled``: the buffer holds EAGLE's own mask for this step, so FULL_MASK's prefix
+    columns are already True and only the tree blocks are written, with no host read
+    (:func:`~echo_sglang.fixed_encode.write_tree_blocks`).
     """
     for ours, theirs in VERIFY_FIELDS:
         dst: Tensor = getattr(verify_input, ours)
@@ -163,6 +220,9 @@ def overwrite_verify_input(
             )
         dst.copy_(src)
     try:
+        if prefix_filled:
+            write_tree_blocks(verify_input.custom_mask, layout, mask_mode)
+            return
         write_mask(verify_input.custom_mask, layout.custom_mask(mask_mode))
     except ValueError as exc:
         raise ValueError(f"{exc} (mask mode {TreeMaskMode(int(mask_mode)).name})") from exc

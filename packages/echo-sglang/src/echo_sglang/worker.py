@@ -90,8 +90,10 @@ class EchoDraftWorker(EagleDraftWorker):  # type: ignore[misc]  # sglang ships n
                 "no draft-decode CUDA graph replayed): --speculative-eagle-topk must be >= 2"
             )
         root = verify_input.draft_token.view(bs, -1)[:, 0]
-        _, layout = self.echo_step.plan(*lists, root, batch.seq_lens)
-        overwrite_verify_input(verify_input, layout, self._echo_mask_mode())
+        step = self.echo_step
+        layout = step.plan_layout(*lists, root, batch.seq_lens)
+        mode = self._echo_mask_mode()
+        overwrite_verify_input(verify_input, layout, mode, prefix_filled=step.sync_free)
         return verify_input
 
     def _echo_mask_mode(self) -> int:

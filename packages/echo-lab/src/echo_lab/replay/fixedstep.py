@@ -84,7 +84,7 @@ def run_step(step: CapturedStep) -> Tensor:
     fixed = FixedEchoStep(step.config, step.gate, step.prices)
     last = len(step.slabs) - 1
     for i, slab in enumerate(step.slabs):
-        fixed.after_depth(slab, last=i == last)
+        fixed.fold_depth(slab, last=i == last)
     return fixed.select()
 
 

@@ -4,7 +4,9 @@ Every mode serves the same float32 model with SGLang's CPU kernels (``--attentio
 intel_amx``: on a CPU without AMX, ``ECHO_SGL_KERNEL_FORCE_CPU_BACKEND=1`` makes SGLang take that
 path with echo-sgl-kernel-cpu's torch ops, packages/echo-sgl-kernel). The speculative modes draft
 with ECHO's shipped head exported as an SGLang draft (``.cache/sglang-head``) and the same tree
-limits (``TREE``): EAGLE-3 verifies SGLang's fixed top-k tree, ECHO its own selection within it.
+limits (``TREE``): EAGLE-3 verifies SGLang's fixed top-k tree, ECHO its own selection within it
+(``echo``: the packed policy driver; ``echo_device``: the same decisions and encoding in the fixed
+layout, with no host sync, echo_sglang.fixed_replay).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[5]
 CACHE = REPO / ".cache"
-MODES = ("plain", "eagle3", "echo")
+MODES = ("plain", "eagle3", "echo", "echo_device")
 TREE = {"steps": 4, "topk": 4, "draft_tokens": 8}
 """Draft depth, children per node and padded verify width (N) of both speculative modes."""
 FORCE_CPU_BACKEND = "ECHO_SGL_KERNEL_FORCE_CPU_BACKEND"
@@ -77,10 +79,12 @@ def server_command(env: Environment, mode: str, port: int, extra: Sequence[str] 
             "--speculative-eagle-topk", str(TREE["topk"]),
             "--speculative-num-draft-tokens", str(TREE["draft_tokens"]),
         ]  # fmt: skip
-    if mode == "echo":
+    if mode in ("echo", "echo_device"):
         cmd += ["--speculative-echo-draft-algorithm", "EAGLE3"]
         if env.gate is not None:
             cmd += ["--speculative-echo-gate-file", str(env.gate)]
+    if mode == "echo_device":  # ECHO's decisions and encoding in the fixed layout (no sync)
+        cmd += ["--speculative-echo-policy", "echo_device"]
     return [*cmd, *extra]
 
 

@@ -15,6 +15,8 @@ takes the padded frontier itself (invalid entries drafted and ignored) needs no 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import Tensor
 
@@ -24,7 +26,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices
 from echo_scheduler.device.layout import DepthSlab, Frontier
 from echo_scheduler.errors import PolicyError
-from echo_scheduler.interface import DraftPlan, StepBatch
+from echo_scheduler.interface import DraftPlan, StepBatch, StepOutcome
 from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.policies.frontier import expand_all
 
@@ -81,10 +83,72 @@ class DeviceEchoPolicy(EchoPolicy):
         self.fixed: FixedEchoStep | None = None
         self._locals: list[Tensor] = []  # per drafted depth: [B, n_d] local index, -1 invalid
         self._drafted: TreeBatch | None = None  # the last pool this step drafted
+        self._expanded_t: Tensor | None = None  # expansions of a fixed-driven step (device)
+        self._caps_cache: tuple[tuple[str, tuple[int, ...]], Tensor] | None = None
 
     def _start(self, batch: StepBatch) -> None:
         super()._start(batch)
         self.fixed, self._locals, self._drafted = None, [], None
+
+    # -- driven in the fixed layout by the caller (a drafter that drafts [B, n_d] slabs) ------
+
+    def begin_fixed(self, batch: StepBatch, device: torch.device | None = None) -> int:
+        """Begin a step whose depths the caller drafts as slabs on ``device`` (default: that of
+        ``batch.max_nodes``): the width of every live root (0: the step is not drafted; else
+        depth 1's slab holds the roots' first ``width`` children). The host decisions of
+        ``begin_step`` (pre-check, exploration, mode) read ``batch.max_nodes``, so caps kept on
+        the host make the step sync-free; their device copy is made once per distinct caps."""
+        self._batch, self.depth = batch, 0
+        self._start(batch)
+        self._expanded_t = None
+        width = 0 if batch.budget == 0 or batch.batch_size == 0 else self._root_width(batch)
+        if width:
+            prices = self._prices()
+            caps = self._device_caps(batch.max_nodes, device or batch.max_nodes.device)
+            self.fixed = FixedEchoStep(self.config, self._step_gate, replace(prices, caps=caps))
+        return width
+
+    def _device_caps(self, caps: Tensor, device: torch.device) -> Tensor:
+        """``caps`` on ``device``: itself when it is there, else a copy cached by value (a host
+        tensor's values are read for free)."""
+        if caps.device == device:
+            return caps
+        key = (str(device), tuple(caps.tolist()))
+        if self._caps_cache is None or self._caps_cache[0] != key:
+            self._caps_cache = (key, caps.to(device))
+        return self._caps_cache[1]
+
+    def fixed_depths(self, available: int) -> int:
+        """How many of the caller's ``available`` drafted depths this step folds in: 1 when it
+        drafts depth 1 only (the shallow mode, exploring), else up to ``config.max_depth``."""
+        if self.fixed is None:
+            return 0
+        return min(available, 1 if self._shallow else self.config.max_depth)
+
+    def fixed_depth(self, slab: DepthSlab, last: bool, gate_empty: bool = True) -> Frontier:
+        """Fold in the next drafted depth (:meth:`FixedEchoStep.fold_depth`); its expansions
+        are counted on the device and read by :meth:`observe`."""
+        fixed = self.fixed
+        if fixed is None:
+            raise PolicyError(f"{self.name}: fixed_depth outside a drafted begin_fixed step")
+        self.depth += 1
+        front = fixed.fold_depth(slab, last or self.depth >= self.config.max_depth, gate_empty)
+        self.truncated_at = fixed.truncated_at
+        count = front.expand.sum()
+        self._expanded_t = count if self._expanded_t is None else self._expanded_t + count
+        return front
+
+    def fixed_select(self) -> Tensor:
+        """The selection over every folded slab: [B, S] bool (no host sync)."""
+        if self.fixed is None:
+            raise PolicyError(f"{self.name}: fixed_select outside a drafted begin_fixed step")
+        return self.fixed.select()
+
+    def observe(self, outcome: StepOutcome) -> None:
+        if self._expanded_t is not None:  # after verification: the read costs no stall
+            self._expanded += int(self._expanded_t)
+            self._expanded_t = None
+        super().observe(outcome)
 
     def _prices(self) -> StepPrices:
         batch = self.batch
@@ -117,7 +181,7 @@ class DeviceEchoPolicy(EchoPolicy):
         self._locals.append(local)
         self._drafted = pool
         last = self._shallow or d >= self.config.max_depth
-        chosen = fixed.after_depth(slab, last)
+        chosen = fixed.fold_depth(slab, last)
         self.truncated_at = fixed.truncated_at
         if last:
             return DraftPlan.finished(pool.device)

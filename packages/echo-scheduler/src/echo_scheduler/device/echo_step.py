@@ -109,11 +109,15 @@ class FixedEchoStep:
     def exploring(self) -> bool:
         return self.prices.explore_rows > 0
 
-    def after_depth(self, slab: DepthSlab, last: bool = False) -> Frontier:
+    def fold_depth(self, slab: DepthSlab, last: bool = False, gate_empty: bool = True) -> Frontier:
         """Fold in depth ``d = depth + 1`` (the children of the last frontier, or the roots'
         at d = 1) and decide the next frontier (module docstring, 1-5). ``last``: no deeper
         depth will be drafted (the mode drafts depth 1 only, or ``d`` is the deepest): the
-        band is still extended, for the selection, and nothing is expanded."""
+        band is still extended, for the selection, and nothing is expanded. ``gate_empty``
+        False: a depth with no valid slot in the whole batch truncates no one at its
+        checkpoint (a drafter over a finished pool, echo_sglang's, ends drafting there before
+        the gate); True: it truncates every request, whose confidence there is 0 (a drafter
+        that drafts every depth it is asked for)."""
         d = self.depth + 1
         expected = self.width if d == 1 else self.config.topk * self.width
         if slab.path.shape != (self.batch_size, expected):
@@ -124,6 +128,8 @@ class FixedEchoStep:
         key = self._keys(slab, d)
         if self.gate.is_checkpoint(d):
             passed = self.gate.gate(d, slab_signal(slab, self.gate.signal, self.width))
+            if not gate_empty:
+                passed |= ~slab.valid.any()
             self.truncated_at = torch.where(~passed & (self.truncated_at > d), d, self.truncated_at)
         eligible = self._eligible(key, slab.valid, d)
         order = _composite(key, slab.score)

@@ -189,6 +189,11 @@ class EchoPolicy(BasePolicy):
         self._exploring = False
 
     def _first_plan(self, batch: StepBatch) -> DraftPlan:
+        return DraftPlan.roots(torch.where(batch.max_nodes > 0, self._root_width(batch), 0))
+
+    def _root_width(self, batch: StepBatch) -> int:
+        """How many children of each live root to draft this step (0: plain decoding): the
+        pre-check, exploration and the mode chooser (module docstring), decided on the host."""
         width = self.config.draft_width
         maps = self._step_gate.acceptance_maps
         is_priced = priced(batch)
@@ -201,12 +206,12 @@ class EchoPolicy(BasePolicy):
             else:
                 self._refusals += 1
                 if batch.explore_rows and width and live and self._refusals > EXPLORE_AFTER:
-                    return self._explore(batch, width)
+                    return self._explore(width)
                 width = 0  # not even the best depth-1 draft pays for its rows: plain decoding
                 self.step_modes["floor"] += 1
         probing = maps is not None and is_priced and width > 0 and batch.explore_rows > 0
         if probing and self._untimed >= EXPLORE_AFTER:  # drafted this often, still untimed
-            return self._explore(batch, width)
+            return self._explore(width)
         self._shallow = False
         if width and is_priced and self.modes is not None:
             mode = self.modes.choose(live, self._depth_price())
@@ -219,14 +224,14 @@ class EchoPolicy(BasePolicy):
             self._untimed = 0
         elif probing and width:
             self._untimed += 1
-        return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
+        return width
 
-    def _explore(self, batch: StepBatch, width: int) -> DraftPlan:
+    def _explore(self, width: int) -> int:
         """This step explores (module docstring): depth 1, its best ``explore_rows`` rows."""
         self._refusals = self._untimed = 0
         self._exploring, self._shallow, self._roots = True, True, 0  # no ledger (docstring)
         self.step_modes["explore"] += 1
-        return DraftPlan.roots(torch.where(batch.max_nodes > 0, width, 0))
+        return width
 
     def _best_first(self, maps: AcceptanceMaps, device: torch.device) -> float:
         """``m_1(0)`` (:func:`best_first_value`), once per set of maps."""
