@@ -117,10 +117,11 @@ def test_a_bad_request_gets_an_error_and_the_server_keeps_serving(
     assert spec.generate(ids, NEW_TOKENS)["output_ids"] == plain_outputs[name]
 
 
+@pytest.mark.parametrize("mode", ["echo", "echo_device"])
 def test_verify_feedback_reaches_the_policy_and_the_drift_monitor(
-    server: Callable[[str], Server], prompts: Prompts
+    server: Callable[[str], Server], prompts: Prompts, mode: str
 ) -> None:
-    echo = server("echo")
+    echo = server(mode)
     before = _feedback(echo)
     body = echo.generate(prompts[0][1], NEW_TOKENS)
     after = _feedback(echo)

@@ -12,8 +12,9 @@ Flags (all optional; they only mean something with ``--speculative-algorithm ECH
 - ``--speculative-echo-max-depth D`` / ``--speculative-echo-max-width W``: ECHO's Dmax and Wmax;
   default ``--speculative-num-steps`` and ``--speculative-eagle-topk`` (EAGLE drafts no deeper or
   wider than that).
-- ``--speculative-echo-policy NAME``: an echo-scheduler policy (default ``echo``; ``eagle2``
-  reproduces SGLang's own selection, for A/B runs).
+- ``--speculative-echo-policy NAME``: an echo-scheduler policy (default ``echo_device``: ECHO's
+  choices with no host sync, echo_sglang.fixed_replay; ``echo``: the same choices through the
+  packed policy driver; ``eagle2`` reproduces SGLang's own selection, for A/B runs).
 - ``--speculative-echo-verify padded|ragged``: verification path (see the README for status).
 - ``--speculative-echo-draft-algorithm EAGLE|EAGLE3``: the draft head's kind.
 
@@ -64,7 +65,7 @@ class EchoArgs:
     gate_file: str | None = None
     max_depth: int | None = None
     max_width: int | None = None
-    policy: str = "echo"
+    policy: str = "echo_device"
     verify: VerifyMode = "padded"
     draft_algorithm: DraftAlgorithm = "EAGLE3"
 
@@ -182,7 +183,7 @@ def add_echo_args(parser: argparse.ArgumentParser) -> None:
         "--speculative-echo-policy",
         choices=POLICY_NAMES,
         default=None,
-        help="echo-scheduler policy (default echo)",
+        help="echo-scheduler policy (default echo_device: ECHO with no host sync)",
     )
     g.add_argument(
         "--speculative-echo-verify",

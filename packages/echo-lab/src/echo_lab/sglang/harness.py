@@ -83,8 +83,8 @@ def server_command(env: Environment, mode: str, port: int, extra: Sequence[str] 
         cmd += ["--speculative-echo-draft-algorithm", "EAGLE3"]
         if env.gate is not None:
             cmd += ["--speculative-echo-gate-file", str(env.gate)]
-    if mode == "echo_device":  # ECHO's decisions and encoding in the fixed layout (no sync)
-        cmd += ["--speculative-echo-policy", "echo_device"]
+    if mode in ("echo", "echo_device"):  # the packed driver, or the fixed layout (no sync)
+        cmd += ["--speculative-echo-policy", mode]
     return [*cmd, *extra]
 
 

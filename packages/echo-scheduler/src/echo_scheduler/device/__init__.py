@@ -4,8 +4,9 @@
   frontier, the gate signals in that layout;
 - :mod:`~echo_scheduler.device.echo_step`: :class:`FixedEchoStep`, ECHO's per-depth decisions
   and selection over the slabs;
-- :mod:`~echo_scheduler.device.adapter`: the packed pools the drivers grow, converted to slabs
-  and back (policy ``echo_device``).
+- :mod:`~echo_scheduler.device.adapter`: policy ``echo_device``, behind the packed drivers (each
+  depth's pool converted to a slab, the frontier and selection back) or driven in slabs;
+- :mod:`~echo_scheduler.device.driver`: the step loop for drafters that draft slabs.
 """
 
 from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices

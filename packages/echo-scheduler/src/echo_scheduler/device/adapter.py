@@ -10,7 +10,10 @@ plans and selections.
 
 Host syncs. The fixed step makes none; a packed drafter needs the count of nodes to expand, so
 this adapter reads it once per drafted depth (``nonzero``), as ``echo`` does. A drafter that
-takes the padded frontier itself (invalid entries drafted and ignored) needs no read at all.
+drafts the padded frontier itself (invalid entries drafted and ignored) needs no read at all:
+it drives the policy through ``begin_fixed`` / ``fixed_depth`` / ``fixed_select``
+(echo_scheduler.device.driver), and the step's expansion count, which the ledger records, is
+read in ``observe``, after verification.
 """
 
 from __future__ import annotations
