@@ -14,7 +14,7 @@ from the mirrors from context N on (the default: ``kv_mirror.MIN_CONTEXT``). ``-
 serves a JSONL of prompts instead of ``--workload``. A profile, not a speed ratio: one engine, no
 interleaving.
 
-    .venv/bin/python packages/echo-server/scripts/profile_step_pieces.py --workload humaneval \\
+    .venv/bin/python packages/echo-lab/scripts/profile_step_pieces.py --workload humaneval \\
         --concurrency 1 --num-prompts 6
 """
 
@@ -36,6 +36,7 @@ import echo_server.drafting.eagle_drafter as eagle_drafter
 import echo_server.drafting.eagle_head as eagle_head
 import echo_server.engine.draft_source as draft_source
 import echo_server.engine.engine as engine_module
+import echo_server.engine.speculate as speculate
 import echo_server.engine.verify as verify
 import echo_server.model.kv_mirror as kv_mirror
 import echo_server.model.torch_attention as torch_attention
@@ -71,15 +72,16 @@ def wrap(owner: Any, name: str, label: str, *aliases: Any) -> None:
 
 
 def instrument(engine: Engine) -> None:
-    wrap(engine_module.Engine, "_speculate", "engine._speculate")
+    wrap(speculate, "speculate", "engine.speculate", engine_module)
     wrap(engine_module.Engine, "_commit_and_emit", "engine._commit_and_emit")
-    wrap(verify, "verify_pass", "verify_pass", engine_module)
-    wrap(driver, "drive_step", "drive_step", engine_module)
+    wrap(verify, "verify_pass", "verify_pass", speculate)
+    wrap(driver, "drive_step", "drive_step", speculate)
     wrap(driver, "check_plan", "driver.check_plan")
     wrap(driver, "check_selection", "driver.check_selection")
     wrap(draft_source, "grow_pool", "grow_pool")
     wrap(draft_source, "expand_request", "expand_request")
-    for name in ("accept", "commit_verified", "kept_rows", "feedback", "apply_new_tokens"):
+    wrap(speculate, "accept", "accept")
+    for name in ("commit_verified", "kept_rows", "feedback", "apply_new_tokens"):
         wrap(engine_module, name, name)
     for name in ("expand", "observe", "_catch_up", "_root_logprobs", "_run_nodes", "_proposals"):
         wrap(eagle_drafter.EagleDrafter, name, f"drafter.{name}")
@@ -136,7 +138,7 @@ def main() -> None:
         serve(engine, prompts, "warm", a.max_tokens)
     instrument(engine)
     serve(engine, prompts, "timed", a.max_tokens)
-    steps = CALLS["engine._speculate"]
+    steps = CALLS["engine.speculate"]
     print(
         f"# {workloads[0].name} {a.policy} c={a.concurrency}, {a.num_prompts} prompts, "
         f"{a.max_tokens} tokens; {cpu_name()}, one thread; {steps} decode steps"
