@@ -91,3 +91,15 @@ def test_device_only_counter_counts_reads_of_device_tensors() -> None:
         _ = x.to(torch.device("cpu"))
         _ = x.cpu()
     assert syncs.total == 4
+
+
+def test_indexing_with_a_zero_dim_integer_tensor_counts_as_a_read() -> None:
+    """torch reads a 0-dim integer index as a Python int (``item``): a sync on a GPU, which a
+    CUDA graph capture refuses; a 1-element index tensor (``gather``) is not."""
+    x = torch.arange(6)
+    i = torch.tensor(2)
+    with HostSyncCounter() as syncs:
+        _ = x[i]
+        _ = x.gather(0, i.view(1))
+        _ = x[torch.tensor([1, 2])]
+    assert syncs.total == 1

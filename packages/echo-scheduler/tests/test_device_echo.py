@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from echo_core.testing import HostSyncCounter
-from echo_core.tree import TreeBatch, make_tree
+from echo_core.tree import TreeBatch, empty_tree, make_tree, select_nodes
 from echo_gating.policy import GatePolicy
 from echo_gating.signals import layer_confidence, sibling_margin
 from echo_gating.testing import stepped_gate
@@ -19,16 +19,18 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import ProfileCost
 from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices
 from echo_scheduler.device.adapter import DeviceEchoPolicy, depth_slab
+from echo_scheduler.device.driver import drive_fixed_step
 from echo_scheduler.device.layout import compact
 from echo_scheduler.device.layout import layer_confidence as slab_confidence
 from echo_scheduler.device.layout import sibling_margin as slab_margin
 from echo_scheduler.driver import drive_step
-from echo_scheduler.interface import RowPrice, StepBatch, StepOutcome
+from echo_scheduler.interface import DraftPlan, RowPrice, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths
 from echo_scheduler.policies import make_policy
 from echo_scheduler.policies.echo import EchoPolicy
+from echo_scheduler.policies.frontier import expand_all
 from echo_scheduler.simulator import SimSource
-from echo_scheduler.workloads import SyntheticWorkload
+from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
 
 FAST = settings(max_examples=40, deadline=None)
 CONFIG = PolicyConfig(max_depth=6, max_width=4)
@@ -172,3 +174,64 @@ def test_a_slab_puts_each_child_under_its_frontier_entry() -> None:
     slab, local = depth_slab(pool, torch.tensor([3, 4, 5]), 2, (prev_local, front))
     assert local.tolist() == [[3, -1, -1, -1, 4, 5], [-1] * 6]
     assert slab.valid.tolist() == [[True, False, False, False, True, True], [False] * 6]
+
+
+class _EveryDepth:
+    """A slab source that drafts ``max_depth`` depths whatever it is asked (the recorded step's
+    children of the entries to expand; nothing where no entry is expanded): the shape of a
+    device drafter that runs a fixed number of depths."""
+
+    gate_empty = True
+
+    def __init__(self, step: SyntheticStep, batch: int) -> None:
+        self.source = SimSource(step)
+        self.pool = empty_tree(batch)
+        self.locals: list[torch.Tensor] = []
+
+    def slab(self, depth: int, width: int, front: Frontier | None) -> DepthSlab:
+        before = self.pool
+        if front is None:
+            roots = torch.full((before.batch_size,), width, dtype=torch.int64)
+            plan = DraftPlan.roots(roots)
+            prev = None
+        else:
+            local = self.locals[-1].gather(1, front.slot) + before.cu_nodes[:-1].unsqueeze(1)
+            plan = expand_all(local[front.expand], CONFIG.draft_width)
+            prev = (self.locals[-1], front)
+        self.pool = self.source.grow(before, plan) if not plan.done else before
+        added = self.pool.num_nodes - before.num_nodes
+        new = torch.nonzero_static(self.pool.depth == depth, size=added).squeeze(1)
+        slab, local = depth_slab(self.pool, new, CONFIG.draft_width, prev)
+        self.locals.append(local)
+        return slab
+
+
+@FAST
+@given(seed=st.integers(0, 10_000), batch=st.integers(1, 6), budget=st.integers(1, 60))
+def test_a_drafter_of_every_depth_selects_what_echo_selects(
+    seed: int, batch: int, budget: int
+) -> None:
+    """Depths drafted after ECHO stopped (all slots invalid) change nothing: no gate fires
+    there, and the selection maps to ``echo``'s on the same step."""
+    steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(seed))
+    for gate in GATES[1:]:
+        ref, dev = EchoPolicy(CONFIG, gate), DeviceEchoPolicy(CONFIG, gate)
+        for step in steps:
+            sb = StepBatch(batch, budget, step.max_nodes, min_utility=0.05, depth_price=0.01)
+            run = drive_step(ref, SimSource(step), sb, strict=True)
+            source = _EveryDepth(step, batch)
+            driven = drive_fixed_step(dev, source, sb, CONFIG.max_depth, torch.device("cpu"))
+            keep = torch.zeros(source.pool.num_nodes, dtype=torch.bool)
+            if driven.keep is not None:
+                local = torch.cat(source.locals, dim=1)
+                glob = local + source.pool.cu_nodes[:-1].unsqueeze(1)
+                keep[glob[driven.keep & (local >= 0)]] = True
+            ours = select_nodes(source.pool, keep)
+            theirs = select_nodes(run.pool, run.keep)
+            assert torch.equal(ours.token, theirs.token), gate.mode
+            assert torch.equal(ours.cu_nodes, theirs.cu_nodes), gate.mode
+            lengths = accepted_lengths(run.pool, run.keep, step.target)
+            verified = _per_request(run.pool, run.keep)
+            for policy in (ref, dev):
+                policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+            assert dev.depth == run.depths  # the drafter calls the ledger records

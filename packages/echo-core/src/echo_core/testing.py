@@ -7,7 +7,8 @@ Two torch function modes make those defects visible on the CPU:
   device-to-host sync on CUDA): explicit reads (``item``, ``tolist``, ``bool()``/``int()``/
   ``float()``/``operator.index`` of a tensor, formatting, ``cpu``, ``numpy``, ``.to("cpu")`` with
   the literal string)
-  and ops whose output size depends on values (``nonzero``, boolean-mask indexing,
+  indexing with a 0-dim integer tensor (read as an int), and ops whose output size depends on
+  values (``nonzero``, boolean-mask indexing,
   ``repeat_interleave`` without ``output_size``, ``masked_select``, ``unique``, one-argument
   ``where``). A hot path's budget is the count per step; it must not grow with batch or tree
   size.
@@ -96,7 +97,12 @@ def is_host_sync(
     if name == "where":
         return len(args) + len(kwargs) == 1
     if name in ("__getitem__", "__setitem__") and len(args) > 1:
-        return any(t.dtype == torch.bool for t in _tensors([args[1]]))
+        # a bool mask sizes the result by its count; a 0-dim integer index is read as a
+        # Python int (torch's indexing calls ``item`` on it)
+        return any(
+            t.dtype == torch.bool or (t.dim() == 0 and not t.is_floating_point())
+            for t in _tensors([args[1]])
+        )
     return False
 
 

@@ -66,7 +66,8 @@ def exact_cut(
     step_down[1:c] = vals[:-1] > vals[1:]  # a cut between two equal keys is not ancestor-safe
     admissible = step_down & (k <= n)
     best = torch.argmax(torch.where(admissible, worth, -torch.inf))  # first maximum: smaller cut
-    threshold = torch.where(best > 0, vals[(best - 1).clamp(min=0)], torch.inf)
+    last_kept = vals.gather(0, (best - 1).clamp(min=0).view(1)).squeeze(0)  # no item() read
+    threshold = torch.where(best > 0, last_kept, torch.inf)
     return keep & (key.to(torch.float64) >= threshold)
 
 

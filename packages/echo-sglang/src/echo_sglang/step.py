@@ -62,15 +62,15 @@ class _Planned:
     fixed layout's masks, packed on first use)."""
 
     pool: EaglePool
-    selection_: Selection | None = None
+    packed: Selection | None = None
     choice: FixedChoice | None = None
 
     def selection(self) -> Selection:
-        if self.selection_ is None:
+        if self.packed is None:
             if self.choice is None:
                 raise ValueError("a planned step holds a selection or a fixed choice")
-            self.selection_ = self.choice.selection(self.pool)
-        return self.selection_
+            self.packed = self.choice.selection(self.pool)
+        return self.packed
 
 
 class EchoStep:
@@ -137,7 +137,7 @@ class EchoStep:
             (b,), cfg.max_nodes_per_request, dtype=torch.int64, device=pool.tree.device
         )
         selection = self.replay.select(pool.tree, pool.rank, cfg.step_batch(caps))
-        self._planned = _Planned(pool, selection_=selection)
+        self._planned = _Planned(pool, packed=selection)
         return padded_verify_input(
             selection.tree, root, lens,
             num_draft_tokens=cfg.num_draft_tokens, max_tree_depth=cfg.num_steps + 1,

@@ -7,8 +7,9 @@ and keeps, per drafted step, the slabs the fixed step saw, the host's prices and
 :func:`run_step` re-runs one captured step from its slabs on any device: the policy part of a
 step with no host sync, what a drafter that drafts the fixed layout would run.
 :func:`time_eager` times it (the device synchronized at the end, median of ``reps``);
-:func:`time_graph` captures it in a CUDA graph (prices baked in, inputs in the graph's own
-buffers), replays it, checks the replay's selection against the eager one and times the replay.
+:func:`time_graph` captures it in a CUDA graph (prices baked in, inputs cloned into the graph's
+own buffers), replays it, checks the replay's selection against the eager one and times the
+replay.
 """
 
 from __future__ import annotations
@@ -113,10 +114,14 @@ def time_eager(step: CapturedStep, reps: int = 5) -> float:
 
 def time_graph(step: CapturedStep, reps: int = 20) -> tuple[float, bool]:
     """(median ms of a CUDA-graph replay of :func:`run_step`, the replay's selection equals
-    the eager one). The step must be on a CUDA device; its inputs are copied into the graph's
-    static buffers before capture."""
+    the eager one). The step must be on a CUDA device. Its slabs are cloned into the graph's
+    own input buffers and its prices are baked into the graph, so the check says the capture
+    recorded the whole step, not that one graph serves other steps (that needs the prices as
+    device scalars)."""
     device = step.prices.caps.device
-    static = step.to(device)
+    static = replace(step, slabs=tuple(
+        DepthSlab(s.path.clone(), s.draft.clone(), s.valid.clone()) for s in step.slabs
+    ))  # fmt: skip
     eager = run_step(static)
     stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
     stream.wait_stream(torch.cuda.current_stream(device))

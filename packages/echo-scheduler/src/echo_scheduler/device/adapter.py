@@ -112,13 +112,19 @@ class DeviceEchoPolicy(EchoPolicy):
         return width
 
     def _device_caps(self, caps: Tensor, device: torch.device) -> Tensor:
-        """``caps`` on ``device``: itself when it is there, else a copy cached by value (a host
-        tensor's values are read for free)."""
+        """``caps`` on ``device``: itself when it is there; else, for caps all equal (the
+        plugin's ``N - 1``), a fill on the device (no copy from the host, whatever B); else a
+        copy from pinned memory, cached by value (a host tensor's values are read for free)."""
         if caps.device == device:
             return caps
-        key = (str(device), tuple(caps.tolist()))
+        values = tuple(caps.tolist())
+        if len(set(values)) <= 1:
+            fill = values[0] if values else 0
+            return torch.full((len(values),), fill, dtype=torch.int64, device=device)
+        key = (str(device), values)
         if self._caps_cache is None or self._caps_cache[0] != key:
-            self._caps_cache = (key, caps.to(device))
+            pinned = caps.pin_memory() if torch.cuda.is_available() else caps
+            self._caps_cache = (key, pinned.to(device, non_blocking=True))
         return self._caps_cache[1]
 
     def fixed_depths(self, available: int) -> int:
@@ -134,8 +140,8 @@ class DeviceEchoPolicy(EchoPolicy):
         fixed = self.fixed
         if fixed is None:
             raise PolicyError(f"{self.name}: fixed_depth outside a drafted begin_fixed step")
-        self.depth += 1
-        front = fixed.fold_depth(slab, last or self.depth >= self.config.max_depth, gate_empty)
+        deepest = fixed.depth + 1 >= self.config.max_depth
+        front = fixed.fold_depth(slab, last or deepest, gate_empty)
         self.truncated_at = fixed.truncated_at
         count = front.expand.sum()
         self._expanded_t = count if self._expanded_t is None else self._expanded_t + count
@@ -148,9 +154,11 @@ class DeviceEchoPolicy(EchoPolicy):
         return self.fixed.select()
 
     def observe(self, outcome: StepOutcome) -> None:
-        if self._expanded_t is not None:  # after verification: the read costs no stall
+        if self._expanded_t is not None:  # after verification: the reads cost no stall
             self._expanded += int(self._expanded_t)
             self._expanded_t = None
+            if self.fixed is not None:  # the drafter calls a packed driver would have made
+                self.depth = int(self.fixed.drafted_depths)
         super().observe(outcome)
 
     def _prices(self) -> StepPrices:

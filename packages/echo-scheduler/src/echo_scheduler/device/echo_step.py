@@ -18,10 +18,12 @@ After depth d (the slab's children of the previous frontier):
    first_in_order` over the [B, d k0] band entries): ``w`` (the weakest kept key, ``u_min``
    while the budget is not full) and ``w_b`` (a request at its cap: its weakest kept key);
 5. expand a frontier entry when it is kept, its request active, its children's bound
-   ``min(u'_f, m_{d+1}(log P_f))`` reaches ``max(w, w_b)`` (or the budget is not full, without
-   a floor) and its estimate less ``max(w, w_b)`` beats the node price; and only if the
-   depth's estimated gain ``sum_f max(0, c_f - max(w, w_b) - node price)`` covers the depth
-   price. The gain is summed in float64, so the decision does not depend on padding.
+   ``min(u'_f, m_{d+1}(log P_f))`` reaches ``w`` (waived while the budget is not full, without
+   a floor) and ``w_b``, and, under a node price p > 0, its estimate ``c_f`` less
+   ``max(w, w_b)`` exceeds p; and only if the depth's estimated gain
+   ``sum_f max(0, c_f - max(w, w_b) - p)`` covers the depth price. The gain is summed in
+   float64 (in ``echo`` too): padded entries add zeros, so the two agree up to float64
+   rounding of the summation order.
 
 Selection: the eligible slots in (tier, key) order, each request's first ``cap_b``, then the
 first K (``first_in_order`` under a mask), then the exact cut with every slot a candidate
@@ -30,7 +32,10 @@ first K (``first_in_order`` under a mask), then the exact cut with every slot a 
 
 Where drafting would stop (no entry to expand, or ``K`` nothing more can use), the fixed
 version returns a frontier with nothing to expand; a caller that drafts a fixed number of
-depths drafts it anyway (its children are invalid slots) and the decisions do not change.
+depths drafts it anyway (its children are invalid slots) and the decisions do not change: a
+depth after a frontier with nothing to expand passes every gate (the packed drivers never
+draft it), and ``drafted_depths`` counts the depths a packed driver would have drafted (the
+ledger's drafter calls).
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class FixedEchoStep:
         self.device = caps.device
         self.truncated_at = torch.where(caps > 0, config.max_depth, 0)
         self.band_held = torch.zeros_like(caps)
+        self.drafted_depths = torch.zeros((), dtype=torch.int64, device=self.device)
         self.keys: list[Tensor] = []  # u' per depth, [B, n_d] float32
         self.slabs: list[DepthSlab] = []
         self.bands: list[Tensor] = []  # [B, n_d] bool
@@ -119,15 +125,14 @@ class FixedEchoStep:
         the gate); True: it truncates every request, whose confidence there is 0 (a drafter
         that drafts every depth it is asked for)."""
         d = self.depth + 1
-        expected = self.width if d == 1 else self.config.topk * self.width
-        if slab.path.shape != (self.batch_size, expected):
-            raise PolicyError(
-                f"depth {d} needs a [{self.batch_size}, {expected}] slab, got "
-                f"{tuple(slab.path.shape)}"
-            )
+        self._check(slab, d)
+        asked = None if d == 1 else self.fronts[-1].expand.any()  # a packed driver drafts d
+        self.drafted_depths = self.drafted_depths + (1 if asked is None else asked.long())
         key = self._keys(slab, d)
         if self.gate.is_checkpoint(d):
             passed = self.gate.gate(d, slab_signal(slab, self.gate.signal, self.width))
+            if asked is not None:
+                passed |= ~asked  # a depth no driver would draft gates no one
             if not gate_empty:
                 passed |= ~slab.valid.any()
             self.truncated_at = torch.where(~passed & (self.truncated_at > d), d, self.truncated_at)
@@ -150,6 +155,22 @@ class FixedEchoStep:
             front = Frontier(front_slot, self._expand(slab, key, d, front_slot, front_ok))
         self.fronts.append(front)
         return front
+
+    def _check(self, slab: DepthSlab, d: int) -> None:
+        """Raise unless ``slab`` is depth d's: [B, n_d] float32 on the step's device."""
+        expected = self.width if d == 1 else self.config.topk * self.width
+        if slab.path.shape != (self.batch_size, expected):
+            raise PolicyError(
+                f"depth {d} needs a [{self.batch_size}, {expected}] slab, got "
+                f"{tuple(slab.path.shape)}"
+            )
+        for name in ("path", "draft"):
+            t = getattr(slab, name)
+            if t.dtype != torch.float32 or t.device != self.device:
+                raise PolicyError(
+                    f"depth {d}'s slab {name} must be float32 on {self.device}, got {t.dtype} "
+                    f"on {t.device}"
+                )
 
     def _keys(self, slab: DepthSlab, d: int) -> Tensor:
         """``u'`` of the depth-d slots: [B, n_d] float32."""
@@ -178,6 +199,8 @@ class FixedEchoStep:
         folded in; its frontier is not."""
         p = self.prices
         b, k0 = slot.shape
+        if b == 0:  # an empty batch (a shape, not a value: no read)
+            return torch.zeros_like(ok)
         # 4. the band so far, [B, d k0] in packed order, under the caps and the budget
         band_key = torch.cat(self.band_keys, dim=1)
         band_ok = torch.cat(self.front_ok, dim=1)
