@@ -16,16 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpu_check.schedule_time import CPU_BATCHES, GPU_BATCHES, GPU_COST, TRACES
 
 from echo_core.testing import HostSyncCounter
 from echo_lab.replay.costs import load_profiled
 from echo_lab.replay.fixedstep import capture_steps, run_step, time_eager, time_graph
 
-REPO = Path(__file__).resolve().parents[2]
-GPU_COST = REPO / "traces" / "cost-gpu-h200-llama8b.json"
-TRACES = tuple(sorted((REPO / "traces").glob("trace-*.json.gz")))
-GPU_BATCHES = (16, 64, 256)
-CPU_BATCHES = (16,)
+__all__ = ["CPU_BATCHES", "GPU_BATCHES", "TRACES", "format_cells", "run_fixed_step"]
+
 STEPS = 12
 
 

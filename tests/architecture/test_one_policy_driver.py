@@ -23,27 +23,24 @@ def _calls(path: Path, method: str) -> list[int]:
     ]
 
 
-def test_only_the_driver_runs_the_draft_loop() -> None:
+def _only_caller(driver: Path, method: str, starts: str) -> dict[str, list[int]]:
+    """Files other than ``driver`` that call ``method``; ``driver`` must call it and ``starts``."""
     sources = sorted(ROOT.glob("packages/*/src/**/*.py"))
-    assert DRIVER in sources
-    offenders = {
+    assert driver in sources
+    assert _calls(driver, method)
+    assert _calls(driver, starts)
+    return {
         str(p.relative_to(ROOT)): lines
         for p in sources
-        if p != DRIVER and (lines := _calls(p, "after_depth"))
+        if p != driver and (lines := _calls(p, method))
     }
+
+
+def test_only_the_driver_runs_the_draft_loop() -> None:
+    offenders = _only_caller(DRIVER, "after_depth", "begin_step")
     assert offenders == {}, f"a second draft-and-select loop: {offenders}"
-    assert _calls(DRIVER, "after_depth")
-    assert _calls(DRIVER, "begin_step")
 
 
 def test_only_the_fixed_driver_runs_the_fixed_layout_loop() -> None:
-    sources = sorted(ROOT.glob("packages/*/src/**/*.py"))
-    assert FIXED_DRIVER in sources
-    offenders = {
-        str(p.relative_to(ROOT)): lines
-        for p in sources
-        if p != FIXED_DRIVER and (lines := _calls(p, "fixed_depth"))
-    }
+    offenders = _only_caller(FIXED_DRIVER, "fixed_depth", "begin_fixed")
     assert offenders == {}, f"a second fixed-layout loop: {offenders}"
-    assert _calls(FIXED_DRIVER, "fixed_depth")
-    assert _calls(FIXED_DRIVER, "begin_fixed")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -27,7 +26,7 @@ import torch
 from echo_core.testing import HostSyncCounter
 from echo_lab.bench.intervals import cpu_name
 from echo_lab.replay.costs import load_profiled
-from echo_lab.replay.fixedstep import capture_steps, run_step
+from echo_lab.replay.fixedstep import capture_steps, run_step, time_eager
 from echo_lab.replay.hosttime import add_cell_arguments, host_rows
 
 REPO = Path(__file__).resolve().parents[3]
@@ -61,12 +60,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 for row in host_rows([trace], [b], list(HOST_ARMS), cost, args.steps):
                     timed[row.arm].append(row.host_ms)
-                per_step = []
-                for s in steps:
-                    run_step(s)  # warm
-                    t0 = time.perf_counter()
-                    run_step(s)
-                    per_step.append(1e3 * (time.perf_counter() - t0))
+                per_step = [time_eager(s, reps=1) for s in steps]  # one warm run, one timed
                 timed["fixed"].append(statistics.median(per_step))
             depths = statistics.mean(s.depths for s in steps) if steps else 0.0
             print(f"{name:<10} {b:>4} {depths:>6.2f} {syncs.total / max(len(steps), 1):>5.1f} "

@@ -99,10 +99,17 @@ def key_order(key: Tensor, tiebreak: Tensor | None = None) -> Tensor:
     equal keys fall back to pool order, which favours low request indices. If both never rise
     from parent to child, neither does the composite, so the order stays ancestor-consistent.
     """
+    score = composite_key(key, tiebreak)
+    return inverse(torch.sort(score, descending=True, stable=True).indices)
+
+
+def composite_key(key: Tensor, tiebreak: Tensor | None = None) -> Tensor:
+    """``key + TIE_WEIGHT * tiebreak`` in float64 (``key`` alone without a tiebreak): the value
+    :func:`key_order` sorts descending; any shape."""
     score = key.to(torch.float64)
     if tiebreak is not None:
         score = score + TIE_WEIGHT * tiebreak.to(torch.float64)
-    return inverse(torch.sort(score, descending=True, stable=True).indices)
+    return score
 
 
 def group_order(group: Tensor, pos: Tensor) -> Tensor:

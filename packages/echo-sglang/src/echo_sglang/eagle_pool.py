@@ -84,7 +84,7 @@ def pool_from_eagle(scores: Tensor, tokens: Tensor, parents: Tensor, topk: int) 
         position[:, lo:hi].scatter_(1, order, lo + flat[: hi - lo].expand(b, -1))
     perm = torch.empty_like(position)  # perm[b, new] = candidate index
     perm.scatter_(1, position, flat.expand(b, m))
-    log_score = scores.to(torch.float32).clamp(min=MIN_SCORE).log()
+    log_score = log_scores(scores)
     parent_pos = torch.where(
         parent_flat >= 0, position.gather(1, parent_flat.clamp(min=0)), ROOT
     )  # [B, M], by candidate index
@@ -99,6 +99,11 @@ def pool_from_eagle(scores: Tensor, tokens: Tensor, parents: Tensor, topk: int) 
         path_logprob=path.flatten(),
     )
     return EaglePool(tree, perm.flatten(), (perm % topk).flatten(), topk, steps)
+
+
+def log_scores(scores: Tensor) -> Tensor:
+    """``log max(score, MIN_SCORE)`` in float32: every candidate's path log-probability."""
+    return scores.to(torch.float32).clamp(min=MIN_SCORE).log()
 
 
 def _check_shapes(scores: Tensor, tokens: Tensor, parents: Tensor, topk: int) -> int:

@@ -33,7 +33,7 @@ from echo_scheduler.device import DepthSlab, Frontier
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.driver import drive_fixed_step
 from echo_scheduler.interface import StepBatch
-from echo_sglang.eagle_pool import MIN_SCORE, EaglePool
+from echo_sglang.eagle_pool import EaglePool, log_scores
 from echo_sglang.fixed_encode import SlotTree
 from echo_sglang.selection import Selection
 
@@ -86,7 +86,7 @@ class EagleSlabs:
     gate_empty = False  # a finished pool: nothing drafted at a depth ends drafting there
 
     def __init__(self, scores: Tensor, parents: Tensor, topk: int) -> None:
-        self.log_score = scores.to(torch.float32).clamp(min=MIN_SCORE).log()
+        self.log_score = log_scores(scores)
         self.parents, self.topk = parents, topk
         self.cands: list[Tensor] = []  # [B, n_d] candidate per slot, -1 where invalid
         self.parent_cols: list[Tensor] = []  # [B, n_d] the parent's column, -1 at depth 1

@@ -58,7 +58,7 @@ from echo_scheduler.device.layout import (
 from echo_scheduler.device.layout import gate_signal as slab_signal
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import RowPrice
-from echo_scheduler.ranking import TIE_WEIGHT, ranks_in_order
+from echo_scheduler.ranking import composite_key, ranks_in_order
 
 DEPTH, WIDTH, REINVEST = 0, 1, 2
 """Selection tiers, taken in this order (as in echo_scheduler.policies.echo)."""
@@ -94,17 +94,16 @@ class FixedEchoStep:
         self.batch_size = int(caps.shape[0])
         self.device = caps.device
         self.truncated_at = torch.where(caps > 0, config.max_depth, 0)
-        self.band_held = torch.zeros_like(caps)
         self.drafted_depths = torch.zeros((), dtype=torch.int64, device=self.device)
         self.keys: list[Tensor] = []  # u' per depth, [B, n_d] float32
         self.slabs: list[DepthSlab] = []
         self.bands: list[Tensor] = []  # [B, n_d] bool
         self.eligible: list[Tensor] = []  # [B, n_d] bool, fixed once the depth is drafted
-        self.orders: list[Tensor] = []  # [B, n_d] float64, key + 2^-30 P (_composite)
+        self.orders: list[Tensor] = []  # [B, n_d] float64, key + 2^-30 P (composite_key)
         self.fronts: list[Frontier] = []  # the band of each depth, compacted: [B, k0]
         self.front_ok: list[Tensor] = []  # which compacted band entries are real: [B, k0]
         self.band_keys: list[Tensor] = []  # their keys, [B, k0]
-        self.band_orders: list[Tensor] = []  # their _composite, [B, k0]
+        self.band_orders: list[Tensor] = []  # their composite_key, [B, k0]
 
     @property
     def depth(self) -> int:
@@ -137,7 +136,7 @@ class FixedEchoStep:
                 passed |= ~slab.valid.any()
             self.truncated_at = torch.where(~passed & (self.truncated_at > d), d, self.truncated_at)
         eligible = self._eligible(key, slab.valid, d)
-        order = _composite(key, slab.score)
+        order = composite_key(key, slab.score)
         band = eligible & (row_ranks(order, eligible) < self.config.topk)
         self.eligible.append(eligible)
         self.orders.append(order)
@@ -145,7 +144,6 @@ class FixedEchoStep:
         self.keys.append(key)
         self.slabs.append(slab)
         self.bands.append(band)
-        self.band_held = self.band_held + band.sum(dim=1)
         self.front_ok.append(front_ok)
         self.band_keys.append(key.gather(1, front_slot))
         self.band_orders.append(order.gather(1, front_slot))
@@ -292,8 +290,3 @@ def first_in_rows(
     ordered = within.index_select(0, perm)
     taken = ordered & (torch.cumsum(ordered.to(torch.int64), 0) <= budget)
     return torch.empty_like(taken).index_copy_(0, perm, taken).view(b, n)
-
-
-def _composite(key: Tensor, score: Tensor) -> Tensor:
-    """``key + 2^-30 P`` in float64: :func:`~echo_scheduler.ranking.key_order`'s sort value."""
-    return key.to(torch.float64) + TIE_WEIGHT * score.to(torch.float64)
