@@ -6,8 +6,8 @@ stalls the host on a GPU until the device catches up, so a policy that is to run
 tensors inside a step must make few of them, and never more at a larger batch. The count does not
 depend on the device, so this runs on the CPU: per (trace, B, arm) cell of
 :func:`echo_lab.replay.hosttime.host_rows` it drives ``--steps`` composed steps with the counter
-around each policy call and prints the syncs per step; ``--sites`` adds, per cell, where ECHO's
-syncs are (file:line, per step). ECHO takes the path it takes on a GPU
+around each policy call and prints the syncs per step; ``--sites`` adds, per cell, where the
+syncs of ECHO's arms are (file:line, per step). ECHO takes the path it takes on a GPU
 (``EchoPolicy.sync_free``); ``--cpu-path`` counts the CPU's instead, which reads a count where
 that skips work (free on the CPU).
 
@@ -47,7 +47,7 @@ def main() -> None:
     )  # fmt: skip
     for row in rows:
         print(f"{row.trace:<10} {row.batch:>4} {row.arm:<11} {counter.total / args.steps:>10.1f}")
-        if args.sites and row.arm == "echo":
+        if args.sites and row.arm.startswith("echo"):
             for (op, site), n in sorted(counter.sites.items(), key=lambda kv: -kv[1]):
                 print(f"{'':<17} {n / args.steps:>5.1f} {op:<12} {site}")
         counter.counts.clear()

@@ -18,11 +18,12 @@ from echo_gating.testing import stepped_gate
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import ProfileCost
 from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices
-from echo_scheduler.device.adapter import DeviceEchoPolicy, depth_slab
-from echo_scheduler.device.driver import drive_fixed_step
+from echo_scheduler.device.adapter import DeviceEchoPolicy
+from echo_scheduler.device.driver import drive, drive_fixed_step
 from echo_scheduler.device.layout import compact
 from echo_scheduler.device.layout import layer_confidence as slab_confidence
 from echo_scheduler.device.layout import sibling_margin as slab_margin
+from echo_scheduler.device.packed import depth_slab
 from echo_scheduler.driver import drive_step
 from echo_scheduler.interface import DraftPlan, RowPrice, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths
@@ -80,26 +81,33 @@ def test_the_fixed_layout_plans_and_selects_as_echo_does(
     move alike)."""
     steps = SyntheticWorkload.qwen().sample(batch, 6, torch.Generator().manual_seed(seed))
     for gate in GATES:
-        ref, dev = EchoPolicy(CONFIG, gate), DeviceEchoPolicy(CONFIG, gate)
+        ref, dev, fixed = (cls(CONFIG, gate) for cls in (EchoPolicy, DeviceEchoPolicy,
+                                                         DeviceEchoPolicy))  # fmt: skip
+        # echo on the packed loop; echo_device behind it (the adapter) and in its own fixed
+        # loop over the same packed source (echo_scheduler.device.driver.drive)
         for step in steps:
             runs = []
-            for policy in (ref, dev):
+            for policy, loop in ((ref, drive_step), (dev, drive_step), (fixed, drive)):
                 batch_in = StepBatch(
                     batch, budget, step.max_nodes, min_utility=floor, node_price=node_price,
                     depth_price=0.01, row_price=PRICE if priced else None, explore_rows=explore,
                 )  # fmt: skip
-                run = drive_step(policy, SimSource(step), batch_in, strict=True)
+                run = loop(policy, SimSource(step), batch_in, strict=True)
                 lengths = accepted_lengths(run.pool, run.keep, step.target)
                 verified = _per_request(run.pool, run.keep)
                 policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
                 runs.append(run)
-            a, b = runs
-            assert a.depths == b.depths, gate
-            assert a.expansions == b.expansions
-            assert torch.equal(a.pool.token, b.pool.token)
-            assert torch.equal(a.pool.cu_nodes, b.pool.cu_nodes)
-            assert torch.equal(a.keep, b.keep), gate
-        assert ref.step_modes == dev.step_modes
+            a = runs[0]
+            for b in runs[1:]:
+                assert a.depths == b.depths, gate
+                assert a.expansions == b.expansions
+                assert torch.equal(a.pool.token, b.pool.token)
+                assert torch.equal(a.pool.cu_nodes, b.pool.cu_nodes)
+                assert torch.equal(a.keep, b.keep), gate
+        assert ref.step_modes == dev.step_modes == fixed.step_modes
+        assert ref.ledger is not None
+        assert fixed.ledger is not None
+        assert ref.ledger.summary() == fixed.ledger.summary()  # the same drafter calls, nodes
 
 
 def test_echo_device_is_registered_and_offered() -> None:
@@ -134,6 +142,30 @@ def test_the_fixed_step_makes_no_host_sync(batch: int) -> None:
     assert syncs.total == 0, dict(syncs.sites)
     assert policy.fixed is not None
     assert torch.equal(keep, policy.fixed.select())
+
+
+@pytest.mark.parametrize("batch", [1, 16, 64, 256])
+def test_the_policy_part_of_a_fixed_loop_step_reads_at_most_one_value(batch: int) -> None:
+    """Driven in its own loop (``drive``, a packed source behind PackedSlabs), ``echo_device``'s
+    calls inside a step (begin, every depth, the selection) read one value, the live count of
+    the caps (a host tensor in the plugin), at every B and depth; the packed source reads its
+    own counts outside them, and ``observe`` reads the step's counters after verification."""
+    steps = SyntheticWorkload.qwen().sample(batch, 3, torch.Generator().manual_seed(batch))
+    policy = DeviceEchoPolicy(CONFIG, _gated_maps())
+    maps = policy.gate.acceptance_maps
+    assert maps is not None
+    policy._best_first(maps, torch.device("cpu"))  # read once per set of maps, not per step
+    inside = HostSyncCounter()
+    depths = 0
+    for step in steps:
+        batch_in = StepBatch(batch, 4 * batch, step.max_nodes, min_utility=0.05, row_price=PRICE)
+        run = drive(policy, SimSource(step), batch_in, strict=True, around=lambda: inside)
+        depths = max(depths, run.depths)
+        lengths = accepted_lengths(run.pool, run.keep, step.target)
+        verified = _per_request(run.pool, run.keep)
+        policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+    assert depths >= 2
+    assert inside.total <= len(steps), dict(inside.sites)
 
 
 def test_compact_lists_the_first_true_columns_in_order() -> None:

@@ -28,7 +28,8 @@ from torch import Tensor
 from echo_core.stats import AcceptanceTotals
 from echo_core.tree import TreeBatch, empty_tree
 from echo_scheduler.cost import VerifyCostModel
-from echo_scheduler.driver import DrivenStep, drive_step
+from echo_scheduler.device.driver import drive as drive_any
+from echo_scheduler.driver import DrivenStep
 from echo_scheduler.interface import DraftPlan, Policy, StepBatch, StepOutcome
 from echo_scheduler.outcome import accepted_lengths, accepted_mask, oracle_accepted
 from echo_scheduler.pool import Children, grow_pool
@@ -115,8 +116,9 @@ def drive(
     depth_price: float | None = None,
     node_price: float | None = None,
 ) -> DrivenStep:
-    """One step through the policy driver (:func:`~echo_scheduler.driver.drive_step`, strict:
-    a policy still drafting after ``MAX_DRAFT_DEPTH`` depths is an error).
+    """One step through the policy driver (:func:`~echo_scheduler.device.driver.drive`: the
+    fixed layout's loop for a policy that has one, else ``drive_step``, strict: a policy still
+    drafting after ``MAX_DRAFT_DEPTH`` depths is an error).
 
     ``min_utility`` / ``depth_price`` / ``node_price``: the engine's elastic cost floor
     (echo_scheduler.elastic).
@@ -129,7 +131,7 @@ def drive(
         depth_price=depth_price,
         node_price=node_price,
     )
-    return drive_step(policy, SimSource(step), batch, strict=True)
+    return drive_any(policy, SimSource(step), batch, strict=True)
 
 
 def run_step(

@@ -7,7 +7,7 @@ the requests, when the rows know theirs) is the warm-up: the gates of
 requests, so per-request learning sees each slot's requests in order, else drawn with
 replacement) and
 every arm (:mod:`echo_lab.replay.arms`) is driven through them with the engine's exact
-call sequence (:func:`~echo_scheduler.driver.drive_step`, greedy acceptance against the
+call sequence (:func:`~echo_scheduler.device.driver.drive`, greedy acceptance against the
 recorded continuation, ``observe`` after each step). Arms without the cost floor behave the
 same under every cost model, so they are driven once per (trace, B) and priced by each model;
 arms with the floor are driven once per cost model, the floor fed the modelled phase times
@@ -48,7 +48,8 @@ from echo_lab.sim.rows import (
     streams,
 )
 from echo_lab.sim.trace import RecordedStep
-from echo_scheduler.driver import Around, DraftSource, DrivenStep, PolicyClock, drive_step
+from echo_scheduler.device.driver import drive
+from echo_scheduler.driver import Around, DraftSource, DrivenStep, PolicyClock
 from echo_scheduler.elastic import ElasticFloor, step_batch
 from echo_scheduler.errors import TraceError
 from echo_scheduler.interface import Policy, StepOutcome
@@ -177,12 +178,12 @@ def replay_step(
     device: torch.device | None = None,
     around: Around | None = None,
 ) -> ReplayedStep:
-    """The engine's call sequence for one step: the floor's ``step_batch``, ``drive_step`` on the
+    """The engine's call sequence for one step: the floor's ``step_batch``, ``drive`` on the
     recording, greedy acceptance, ``observe``, and the floor fed the modelled phase times.
     ``serials`` maps the composed step's request names to the engine's serials (filled here).
 
     ``device``: the policy works on pools there (:class:`~echo_scheduler.simulator.DeviceSource`;
-    None: the CPU). ``around``: a context every policy call runs inside (``drive_step``'s), here
+    None: the CPU). ``around``: a context every policy call runs inside (``drive``'s), here
     also ``observe``. The host time is that of the floor's and the policy's calls; greedy
     acceptance (the verify's own work) is left out."""
     b = st.batch_size
@@ -197,7 +198,7 @@ def replay_step(
     if device is not None and device.type != "cpu":
         batch = dataclasses.replace(batch, max_nodes=batch.max_nodes.to(device))
         source = DeviceSource(st, device)
-    run = drive_step(policy, source, batch, strict=True, around=around)
+    run = drive(policy, source, batch, strict=True, around=around)
     pool, keep = run.pool.to("cpu"), run.keep.to("cpu")
     lengths = accepted_lengths(pool, keep, st.target)
     verified = torch.bincount(pool.request_index()[keep], minlength=b)

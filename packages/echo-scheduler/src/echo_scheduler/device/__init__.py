@@ -4,9 +4,12 @@
   frontier, the gate signals in that layout;
 - :mod:`~echo_scheduler.device.echo_step`: :class:`FixedEchoStep`, ECHO's per-depth decisions
   and selection over the slabs;
-- :mod:`~echo_scheduler.device.adapter`: policy ``echo_device``, behind the packed drivers (each
-  depth's pool converted to a slab, the frontier and selection back) or driven in slabs;
-- :mod:`~echo_scheduler.device.driver`: the step loop for drafters that draft slabs.
+- :mod:`~echo_scheduler.device.adapter`: policy ``echo_device``, driven in slabs or behind the
+  packed interface;
+- :mod:`~echo_scheduler.device.packed`: packed pools as slabs and back, a packed draft source
+  as a slab source;
+- :mod:`~echo_scheduler.device.driver`: the fixed layout's step loop, and ``drive``, the one
+  entry for every packed caller (the fixed loop for ``echo_device``, ``drive_step`` else).
 """
 
 from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices

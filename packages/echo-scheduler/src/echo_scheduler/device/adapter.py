@@ -1,19 +1,21 @@
-"""ECHO's fixed-layout scheduler behind the packed-pool policy interface: ``echo_device``.
+"""ECHO's fixed-layout scheduler as a policy: ``echo_device``.
 
-The drivers (engine, simulator, SGLang replay) grow packed pools (echo_scheduler.pool); this
-policy converts each drafted depth into a fixed-layout slab (:func:`depth_slab`), lets
-:class:`~echo_scheduler.device.echo_step.FixedEchoStep` decide, and converts its frontier and
-selection back. The host keeps what :class:`~echo_scheduler.policies.echo.EchoPolicy` decides
-once per step (the pre-check, the mode chooser and its ledgers, exploration), so the two
-policies differ only in where a step's decisions are made; the tests pin them to the same
-plans and selections.
+:class:`DeviceEchoPolicy` lets :class:`~echo_scheduler.device.echo_step.FixedEchoStep` make a
+step's per-depth decisions and its selection; the host keeps what
+:class:`~echo_scheduler.policies.echo.EchoPolicy` decides once per step (the pre-check, the mode
+chooser and its ledgers, exploration), so the two policies differ only in where a step's
+decisions are made; the tests pin them to the same plans and selections. Two ways to drive it:
 
-Host syncs. The fixed step makes none; a packed drafter needs the count of nodes to expand, so
-this adapter reads it once per drafted depth (``nonzero``), as ``echo`` does. A drafter that
-drafts the padded frontier itself (invalid entries drafted and ignored) needs no read at all:
-it drives the policy through ``begin_fixed`` / ``fixed_depth`` / ``fixed_select``
-(echo_scheduler.device.driver), and the step's expansion count, which the ledger records, is
-read in ``observe``, after verification.
+- in the fixed layout's own loop (echo_scheduler.device.driver: ``begin_fixed`` /
+  ``fixed_depth`` / ``fixed_select``), by a source of slabs: the SGLang plugin's EAGLE pool,
+  or any packed source behind :class:`~echo_scheduler.device.packed.PackedSlabs` (the engine,
+  the simulator and the replay, through ``device.driver.drive``). The policy's calls inside
+  the step then read one value, the live count of the caps; the step's expansion count, which
+  the ledger records, is read in ``observe``, after verification;
+- behind the packed interface (``begin_step`` / ``after_depth`` / ``select``, for a caller of
+  ``echo_scheduler.driver.drive_step``): each drafted depth is converted to a slab here
+  (:func:`~echo_scheduler.device.packed.depth_slab`) and the count of nodes to expand read
+  once per depth for the packed drafter, as ``echo`` does.
 """
 
 from __future__ import annotations
@@ -23,56 +25,16 @@ from dataclasses import replace
 import torch
 from torch import Tensor
 
-from echo_core.tree import ROOT, TreeBatch
+from echo_core.tree import TreeBatch
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices
 from echo_scheduler.device.layout import DepthSlab, Frontier
+from echo_scheduler.device.packed import depth_slab, packed_keep
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import DraftPlan, StepBatch, StepOutcome
 from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.policies.frontier import expand_all
-
-
-def depth_slab(
-    pool: TreeBatch, new: Tensor, width: int, front: tuple[Tensor, Frontier] | None
-) -> tuple[DepthSlab, Tensor]:
-    """The depth-d nodes ``new`` (global indices into ``pool``, ascending) as a slab, and the
-    request-local index of every slot ([B, n_d] int64, -1 where invalid).
-
-    ``front``: the previous depth's slots' local indices and its frontier (None at depth 1,
-    where a request's children are its first ``width`` nodes). A node's column is ``f W + w``:
-    ``f`` the frontier entry holding its parent, ``w`` its rank among its siblings (they are
-    contiguous in the pool). Fixed shape, no host sync."""
-    b, dev = pool.batch_size, pool.device
-    req = torch.searchsorted(pool.cu_nodes, new, right=True) - 1
-    local = new - pool.cu_nodes.index_select(0, req)
-    parent = pool.parent.index_select(0, new)
-    if front is None:
-        entry = torch.zeros_like(new)
-        cols = width
-    else:
-        prev_local, frontier = front
-        owners = prev_local.gather(1, frontier.slot)  # [B, F] local index of each entry
-        hit = (owners.index_select(0, req) == parent.unsqueeze(1)) & frontier.expand.index_select(
-            0, req
-        )
-        entry = hit.to(torch.int64).argmax(dim=1)
-        cols = frontier.slot.shape[1] * width
-    sibling = req * (pool.num_nodes + 1) + parent - ROOT  # one id per sibling group
-    index = torch.arange(new.numel(), device=dev)
-    starts = torch.ones_like(sibling, dtype=torch.bool)
-    starts[1:] = sibling[1:] != sibling[:-1]
-    rank = index - torch.cummax(torch.where(starts, index, 0), 0).values
-    flat = req * cols + entry * width + rank
-    path = torch.full((b * cols,), -torch.inf, dtype=torch.float32, device=dev)
-    draft = torch.full_like(path, -torch.inf)
-    slots = torch.full((b * cols,), -1, dtype=torch.int64, device=dev)
-    path.index_copy_(0, flat, pool.path_logprob.index_select(0, new).to(torch.float32))
-    draft.index_copy_(0, flat, pool.draft_logprob.index_select(0, new).to(torch.float32))
-    slots.index_copy_(0, flat, local)
-    slab = DepthSlab(path.view(b, cols), draft.view(b, cols), slots.view(b, cols) >= 0)
-    return slab, slots.view(b, cols)
 
 
 class DeviceEchoPolicy(EchoPolicy):
@@ -207,9 +169,4 @@ class DeviceEchoPolicy(EchoPolicy):
         fixed = self.fixed
         if fixed is None or pool is not self._drafted:
             return super().select(pool)  # a pool this step did not draft: the host reference
-        keep = fixed.select().reshape(-1)
-        local = torch.cat(self._locals, dim=1)
-        where = torch.where(local >= 0, local + pool.cu_nodes[:-1].unsqueeze(1), pool.num_nodes)
-        out = torch.zeros(pool.num_nodes + 1, dtype=torch.bool, device=pool.device)
-        out.scatter_(0, where.reshape(-1), keep & (local.reshape(-1) >= 0))
-        return out[:-1]
+        return packed_keep(pool, torch.cat(self._locals, dim=1), fixed.select())

@@ -1,18 +1,25 @@
 """The fixed layout's step driver: the one loop that drafts slabs for ``echo_device``.
 
-echo_scheduler.driver drives every policy over packed pools; a drafter that drafts the fixed
-layout (echo_scheduler.device.layout) is driven here instead, with no host read between
-depths::
+echo_scheduler.driver drives every policy over packed pools; a policy with a fixed layout
+(:class:`~echo_scheduler.device.adapter.DeviceEchoPolicy`) is driven here instead, with no host
+read between depths on the policy's side::
 
     width = policy.begin_fixed(batch, device)      # the host's decisions for the step
     for d in 1 .. policy.fixed_depths(available):
         slab = source.slab(d, width, front)        # children of the last frontier, [B, n_d]
+        if slab is None: break                     # the source drafts nothing more
         front = policy.fixed_depth(slab, last=d == depths, gate_empty=source.gate_empty)
     keep = policy.fixed_select()                   # [B, S] bool, the slabs side by side
 
-The source drafts every frontier entry it is given whole (entries not to expand come back as
-invalid slots), so shapes depend only on (B, W, k0, d) and the loop's length only on the host's
-step decisions. Users: the SGLang plugin (echo_sglang.fixed_replay, over EAGLE's finished pool).
+A source drafts every frontier entry it is given (entries not to expand come back as invalid
+slots), so shapes depend only on (B, W, k0, d) and the loop's length only on the host's step
+decisions; one that ends early (None) changes no decision: the depths it skips would hold only
+invalid slots. Users: the SGLang plugin (echo_sglang.fixed_replay, over EAGLE's finished pool),
+and, through :func:`drive`, every packed driver's caller (the engine, the simulator, the
+replay) with :class:`~echo_scheduler.device.packed.PackedSlabs` over its packed source.
+
+``around`` and the clock are :func:`~echo_scheduler.driver.drive_step`'s: every policy call runs
+inside ``around()`` and on the step's schedule clock; the source's calls do not.
 """
 
 from __future__ import annotations
@@ -25,7 +32,17 @@ from torch import Tensor
 
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.layout import DepthSlab, Frontier
-from echo_scheduler.interface import StepBatch
+from echo_scheduler.device.packed import PackedSlabs
+from echo_scheduler.driver import (
+    MAX_DRAFT_DEPTH,
+    Around,
+    DraftSource,
+    DrivenStep,
+    PolicyClock,
+    check_selection,
+    drive_step,
+)
+from echo_scheduler.interface import Policy, StepBatch
 
 
 class SlabSource(Protocol):
@@ -35,9 +52,9 @@ class SlabSource(Protocol):
     """False when a depth with nothing drafted in the whole batch ends drafting before its gate
     (a finished pool replayed); True when the drafter drafts every depth it is asked for."""
 
-    def slab(self, depth: int, width: int, front: Frontier | None) -> DepthSlab:
+    def slab(self, depth: int, width: int, front: Frontier | None) -> DepthSlab | None:
         """Depth ``depth``'s slab: the roots' first ``width`` children at depth 1, else the
-        children of ``front``'s entries to expand (the rest invalid)."""
+        children of ``front``'s entries to expand (the rest invalid); None: nothing more."""
         ...
 
 
@@ -47,6 +64,8 @@ class FixedDriven:
 
     keep: Tensor | None  # [B, S] bool, None when the step drafted nothing
     depths: int  # slabs folded in
+    schedule_s: float = 0.0  # wall time inside the policy's calls
+    schedule_cpu_s: float = 0.0  # process CPU time inside them
 
 
 def drive_fixed_step(
@@ -55,13 +74,53 @@ def drive_fixed_step(
     batch: StepBatch,
     available: int,
     device: torch.device,
+    around: Around | None = None,
 ) -> FixedDriven:
     """One step of ``policy`` over ``source`` (module docstring); ``available``: the depths the
     source can draft."""
-    width = policy.begin_fixed(batch, device)
-    depths = policy.fixed_depths(available)
+    clock = PolicyClock()
+    with clock.timed(around):
+        width = policy.begin_fixed(batch, device)
+        depths = policy.fixed_depths(available)
     front: Frontier | None = None
+    folded = 0
     for d in range(1, depths + 1):
         slab = source.slab(d, width, front)
-        front = policy.fixed_depth(slab, last=d == depths, gate_empty=source.gate_empty)
-    return FixedDriven(policy.fixed_select() if depths else None, depths)
+        if slab is None:
+            break
+        with clock.timed(around):
+            front = policy.fixed_depth(slab, last=d == depths, gate_empty=source.gate_empty)
+        folded = d
+    keep = None
+    if folded:
+        with clock.timed(around):
+            keep = policy.fixed_select()
+    return FixedDriven(keep, folded, clock.wall, clock.cpu)
+
+
+def drive(
+    policy: Policy,
+    source: DraftSource,
+    batch: StepBatch,
+    *,
+    max_depth: int = MAX_DRAFT_DEPTH,
+    strict: bool = False,
+    around: Around | None = None,
+) -> DrivenStep:
+    """One step of ``policy`` over a packed ``source``: in the fixed layout
+    (:func:`drive_fixed_step` over :class:`~echo_scheduler.device.packed.PackedSlabs`) for a
+    policy that has one, else :func:`~echo_scheduler.driver.drive_step`. Either way the same
+    :class:`~echo_scheduler.driver.DrivenStep`, its selection checked the same way; in the
+    fixed layout its schedule time holds the policy's calls and the conversion between the
+    layouts (:attr:`PackedSlabs.clock`), so that it compares with the packed loop's. ``strict``
+    applies to the packed loop only: the fixed loop's length is the policy's
+    ``fixed_depths``."""
+    if not isinstance(policy, DeviceEchoPolicy):
+        return drive_step(policy, source, batch, max_depth=max_depth, strict=strict, around=around)
+    caps = batch.max_nodes
+    slabs = PackedSlabs(source, caps, policy.config.draft_width)
+    run = drive_fixed_step(policy, slabs, batch, max_depth, caps.device, around)
+    keep = slabs.keep(run.keep)
+    tree = check_selection(slabs.pool, keep, batch.budget, caps)
+    wall, cpu = run.schedule_s + slabs.clock.wall, run.schedule_cpu_s + slabs.clock.cpu
+    return DrivenStep(slabs.pool, keep, tree, slabs.depths, slabs.expansions, wall, cpu)

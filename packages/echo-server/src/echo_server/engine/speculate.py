@@ -16,7 +16,8 @@ from torch import Tensor
 
 from echo_core.acceptance import AcceptResult
 from echo_scheduler.budget import BudgetChain
-from echo_scheduler.driver import DrivenStep, drive_step
+from echo_scheduler.device.driver import drive
+from echo_scheduler.driver import DrivenStep
 from echo_scheduler.interface import Policy, StepBatch
 from echo_server.drafting.base import Drafter
 from echo_server.engine.acceptance import accept
@@ -67,7 +68,7 @@ def speculate(
         )
         serials = torch.tensor([s.serial for s in batch], dtype=torch.int64, device="cpu")
         step = budget.step(caps, serials)
-        driven = drive_step(policy, DrafterSource(drafter), step, max_depth=max_depth)
+        driven = drive(policy, DrafterSource(drafter), step, max_depth=max_depth)
         # the selected SuperTree to the model's device (no copy when it is there already)
         driven = dataclasses.replace(driven, tree=driven.tree.to(device))
         timer.mark("draft")
