@@ -11,6 +11,7 @@ import torch
 
 from echo_lab.replay.arms import DEVICE_ARM, default_arms, optional_arms
 from echo_lab.replay.costs import load_profiled
+from echo_lab.replay.fixedstep import StepGraphs, capture_steps
 from echo_lab.replay.run import calibrate_rows, compose_steps, drive_arm, split_warmup
 from echo_lab.sim.rows import load_rows
 
@@ -35,3 +36,23 @@ def test_echo_device_replays_as_echo_on_the_recorded_pools(name: str) -> None:
         assert a.request_verified is not None
         assert b.request_verified is not None
         assert torch.equal(a.request_verified, b.request_verified)
+
+
+def test_one_step_graph_per_shape_serves_every_recorded_step() -> None:
+    """:class:`~echo_lab.replay.fixedstep.StepGraphs` on the CPU (the buffers' reload, re-run
+    eagerly where CUDA would replay a graph): every captured step of a cell is served by the
+    entry of its shape, with its own slabs, caps and prices loaded, and selects what it
+    selected in the replay; one entry per number of drafted depths."""
+    cost = load_profiled(TRACES / "cost-gpu-h200-llama8b.json", "gpu")
+    for batch in (16, 256):
+        steps = capture_steps(TRACES / "trace-humaneval.json.gz", batch, 12, cost)
+        graphs = StepGraphs()
+        served = set()
+        for step in steps:
+            entry = graphs.prepare(step)
+            assert torch.equal(entry.replay(), step.keep), batch
+            assert int(entry.scalars.budget) == step.prices.budget
+            assert float(entry.scalars.min_utility) == pytest.approx(step.prices.min_utility)
+            served.add((entry.scalars.min_utility.data_ptr(), step.prices.min_utility))
+        assert graphs.captures == len({s.depths for s in steps}) < len(steps)
+        assert len(served) > graphs.captures  # an entry served steps of different floors

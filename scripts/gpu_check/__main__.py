@@ -18,8 +18,8 @@ others), results gathered into one JSON summary:
 6. ``schedule``: the policies' own time per step on the recorded pools with their tensors on
    the device, and their host syncs (:mod:`gpu_check.schedule_time`).
 7. ``fixed``: ECHO's fixed-layout step (echo_scheduler.device) on the device, eager and
-   replayed from a CUDA graph, with its host syncs and its selections checked
-   (:mod:`gpu_check.fixed_step`).
+   replayed from one CUDA graph per step shape (later steps reload its buffers), with its host
+   syncs and its selections checked (:mod:`gpu_check.fixed_step`).
 
 On the device the parts run in ``ALL_PARTS`` order (``--parts`` picks some): the profiles first,
 then engine, attention, the tier and the sweep; the summary is rewritten after every part, so a

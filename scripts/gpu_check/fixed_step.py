@@ -4,9 +4,13 @@ Per (trace, B): the drafted steps of ``echo_device`` on the recorded pools are c
 CPU (:func:`echo_lab.replay.fixedstep.capture_steps`; the replay, its floor fed by the measured
 H200 step model) and moved to the device. For each step the policy part (after every depth, the
 selection) runs eagerly, synchronized (``eager_ms``), its host syncs counted (must be 0) and its
-selection compared with the CPU's; on CUDA it is then captured in a CUDA graph and replayed
-(``graph_ms``, ``graph_same``: the replay's selection equals the eager one). Medians over steps.
-The dry run (CPU) runs the eager part at one batch size on one trace.
+selection compared with the CPU's. Then it is served by
+:class:`echo_lab.replay.fixedstep.StepGraphs`: one CUDA graph per step shape, captured at the
+shape's first step, its input buffers (slabs, caps, prices) reloaded for every later step of
+that shape and replayed (``graph_ms``, ``graph_same``: each replay's selection equals the eager
+one; ``graphs``: graphs captured for the cell's ``steps``). Medians over steps. The dry run (CPU)
+runs the eager part and the buffers' reload (re-run eagerly, no graph) at one batch size on one
+trace.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from gpu_check.schedule_time import CPU_BATCHES, GPU_BATCHES, GPU_COST, TRACES
 
 from echo_core.testing import HostSyncCounter
 from echo_lab.replay.costs import load_profiled
-from echo_lab.replay.fixedstep import capture_steps, run_step, time_eager, time_graph
+from echo_lab.replay.fixedstep import StepGraphs, capture_steps, run_step, time_eager
 
 __all__ = ["CPU_BATCHES", "GPU_BATCHES", "TRACES", "format_cells", "run_fixed_step"]
 
@@ -44,6 +48,7 @@ def run_fixed_step(
             captured = capture_steps(trace, b, steps, cost)
             eager, graph, syncs, depths = [], [], [], []
             same = graph_same = True
+            graphs = StepGraphs()
             for step in (s.to(device) for s in captured):
                 with HostSyncCounter(device_only=device.type != "cpu") as counter:
                     keep = run_step(step)
@@ -51,10 +56,10 @@ def run_fixed_step(
                 same &= bool(torch.equal(keep.cpu(), step.keep.cpu()))
                 eager.append(time_eager(step))
                 depths.append(step.depths)
+                ms, equal = graphs.time(step, reps=20 if device.type == "cuda" else 1)
+                graph_same &= equal
                 if device.type == "cuda":
-                    ms, equal = time_graph(step)
                     graph.append(ms)
-                    graph_same &= equal
             cell = {
                 "trace": name,
                 "batch": b,
@@ -64,7 +69,8 @@ def run_fixed_step(
                 "same_as_cpu": same,
                 "eager_ms": round(statistics.median(eager), 4) if eager else None,
                 "graph_ms": round(statistics.median(graph), 4) if graph else None,
-                "graph_same": graph_same if graph else None,
+                "graph_same": graph_same,
+                "graphs": graphs.captures,
             }
             ok &= same and graph_same and cell["syncs_max"] == 0
             cells.append(cell)
@@ -74,13 +80,13 @@ def run_fixed_step(
 def format_cells(result: dict[str, Any]) -> list[str]:
     """One printed line per cell."""
     lines = [f"{'trace':<10} {'B':>4} {'steps':>5} {'depths':>6} {'syncs':>5} {'same':>4} "
-             f"{'eager ms':>9} {'graph ms':>9} {'graph ok':>8}"]  # fmt: skip
+             f"{'eager ms':>9} {'graph ms':>9} {'graph ok':>8} {'graphs':>6}"]  # fmt: skip
     for c in result["cells"]:
         lines.append(
             f"{c['trace']:<10} {c['batch']:>4} {c['steps']:>5} {c['depths']:>6} "
             f"{c['syncs_max']:>5} {'yes' if c['same_as_cpu'] else 'NO':>4} "
             f"{c['eager_ms'] if c['eager_ms'] is not None else '-':>9} "
             f"{c['graph_ms'] if c['graph_ms'] is not None else '-':>9} "
-            f"{str(c['graph_same']) if c['graph_same'] is not None else '-':>8}"
+            f"{c['graph_same']!s:>8} {c['graphs']:>6}"
         )
     return lines

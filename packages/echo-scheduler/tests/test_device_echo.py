@@ -10,14 +10,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from echo_core.testing import HostSyncCounter
+from echo_core.testing import HostSyncCounter, OpTrace
 from echo_core.tree import TreeBatch, empty_tree, make_tree, select_nodes
 from echo_gating.policy import GatePolicy
 from echo_gating.signals import layer_confidence, sibling_margin
 from echo_gating.testing import stepped_gate
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import ProfileCost
-from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices
+from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices, StepScalars
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.driver import drive, drive_fixed_step
 from echo_scheduler.device.layout import compact
@@ -166,6 +166,48 @@ def test_the_policy_part_of_a_fixed_loop_step_reads_at_most_one_value(batch: int
         policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
     assert depths >= 2
     assert inside.total <= len(steps), dict(inside.sites)
+
+
+def _run_fixed(
+    slabs: list[DepthSlab], prices: StepPrices, scalars: StepScalars
+) -> tuple[torch.Tensor, list[tuple[str, object]]]:
+    """The fixed step over ``slabs`` reading ``scalars``: its selection and its aten ops."""
+    with OpTrace() as trace:
+        fixed = FixedEchoStep(CONFIG, _gated_maps(), prices, scalars)
+        for i, slab in enumerate(slabs):
+            fixed.fold_depth(slab, last=i == len(slabs) - 1)
+        keep = fixed.select()
+    return keep, trace.ops
+
+
+def test_one_op_sequence_serves_every_price() -> None:
+    """The step's ops, with their shapes and constants, do not depend on any price: what a CUDA
+    graph records for one step replays another of the same shapes once the scalars buffers are
+    reloaded, and it selects what a step built for those prices selects."""
+    _, batch_in, slabs = _slabs(16, 3)
+    caps = batch_in.max_nodes
+    variants = [
+        StepPrices(budget, caps, u_min, node, depth, price)
+        for budget, u_min, node, depth, price in [
+            (64, 0.05, 0.0, 0.0, PRICE),
+            (3, 0.0, 0.0, 0.0, PRICE),
+            (500, 0.3, 0.05, 0.5, dataclasses.replace(PRICE, rate=5.0, scale=0.5)),
+            (40, 0.0, 0.02, 0.01, dataclasses.replace(PRICE, rate=400.0)),
+        ]
+    ]
+    shared = StepScalars.of(variants[0], caps.device)  # one set of buffers, as a graph holds
+    traces, selections = [], []
+    for prices in variants:
+        shared.load(prices)
+        keep, ops = _run_fixed(slabs, prices, shared)
+        fresh = FixedEchoStep(CONFIG, _gated_maps(), prices)
+        for i, slab in enumerate(slabs):
+            fresh.fold_depth(slab, last=i == len(slabs) - 1)
+        assert torch.equal(keep, fresh.select())
+        traces.append(ops)
+        selections.append(keep)
+    assert all(ops == traces[0] for ops in traces[1:])
+    assert len({tuple(k.reshape(-1).tolist()) for k in selections}) > 1  # the prices mattered
 
 
 def test_compact_lists_the_first_true_columns_in_order() -> None:

@@ -16,6 +16,11 @@ Two torch function modes make those defects visible on the CPU:
   devices (a CPU 0-dim tensor is allowed, as torch allows it) and tensor factories called
   without an explicit ``device=``, which silently land on the CPU on a GPU machine.
 
+A third, :class:`OpTrace`, lists the aten ops a region runs, with every argument's shape and
+dtype and every non-tensor argument's value: what a CUDA graph of the region would record. Two
+runs with equal traces run the same kernels with the same baked-in constants, so one captured
+graph serves both (their tensor inputs copied into its buffers).
+
 Both see only calls made while the mode is active, from Python, at the outermost level (torch
 disables the mode while it runs the call it handles).
 """
@@ -32,6 +37,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 EXPLICIT_READS = frozenset(
     {"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__format__", "cpu",
@@ -195,3 +201,46 @@ class DeviceGuard(_ObservingMode):
         }
         if len(devices) > 1:
             self._violate(name, f"tensors on {sorted(str(d) for d in devices)}")
+
+
+def _op_argument(value: Any) -> object:
+    """What a graph would bake in for one op argument: a tensor's shape, dtype and device, any
+    other value itself (lists and tuples element by element)."""
+    if isinstance(value, Tensor):
+        return ("tensor", tuple(value.shape), str(value.dtype), str(value.device))
+    if isinstance(value, list | tuple):
+        return tuple(_op_argument(v) for v in value)
+    return value
+
+
+class OpTrace(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+    """The aten ops run inside the mode, in order (``ops``), each with its arguments as
+    :func:`_op_argument` sees them (module docstring).
+
+    >>> with OpTrace() as trace:
+    ...     _ = torch.ones(2) * 3.0
+    >>> [op for op, _ in trace.ops][-1]
+    'aten.mul.Tensor'
+    """
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: list[tuple[str, object]] = []
+
+    def __enter__(self) -> OpTrace:
+        super().__enter__()  # type: ignore[no-untyped-call]
+        return self
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        described = (_op_argument(list(args)), tuple(sorted(
+            (k, _op_argument(v)) for k, v in kwargs.items()
+        )))  # fmt: skip
+        self.ops.append((str(func), described))
+        return func(*args, **kwargs)

@@ -38,6 +38,7 @@ def exact_cut(
     batch: int,
     price: RowPrice,
     gather: bool | None = None,
+    rate_scale: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """``keep`` ([N] bool, ancestor-closed) cut to its ``k*`` best rows by ``key`` ([N]).
 
@@ -45,7 +46,9 @@ def exact_cut(
     CPU) takes them out of ``key``, which reads ``n`` on the host: free on the CPU, a stall on a
     GPU. Otherwise they are all N keys with the others at ``-inf``, ``W(k)`` is evaluated for
     every ``k <= N`` and the ones past ``n`` are inadmissible: fixed shape, no host sync (issue
-    #44), the same cut."""
+    #44), the same cut. ``rate_scale``: ``price``'s ``lam`` and ``scale`` as 0-dim float64
+    tensors on ``key``'s device (a captured step's own buffers), in place of its floats; the
+    same float64 operations."""
     if key.numel() == 0:
         return keep
     dev = key.device
@@ -61,7 +64,8 @@ def exact_cut(
     k = torch.arange(c + 1, device=dev)
     zero = torch.zeros(1, dtype=torch.float64, device=dev)
     gain = torch.cat([zero, torch.where(k[1:] <= n, vals, 0.0).cumsum(0)])  # G(k), k = 0..c
-    worth = gain - price.rate * price.seconds(batch + k)
+    rate, scale = (price.rate, None) if rate_scale is None else rate_scale
+    worth = gain - rate * price.seconds(batch + k, scale)
     step_down = torch.ones(c + 1, dtype=torch.bool, device=dev)
     step_down[1:c] = vals[:-1] > vals[1:]  # a cut between two equal keys is not ancestor-safe
     admissible = step_down & (k <= n)

@@ -57,9 +57,10 @@ class RowPrice:
                 f"row price needs rate >= 0 and scale > 0, got {self.rate}, {self.scale}"
             )
 
-    def seconds(self, rows: Tensor) -> Tensor:
-        """``scale * latency(T)`` for every T in ``rows``: float64, same shape."""
-        return self.scale * self.latency.latency(rows)
+    def seconds(self, rows: Tensor, scale: Tensor | None = None) -> Tensor:
+        """``scale * latency(T)`` for every T in ``rows``: float64, same shape. ``scale``: the
+        scale as a 0-dim float64 tensor (a captured step's buffer) in place of the float."""
+        return (self.scale if scale is None else scale) * self.latency.latency(rows)
 
     def seconds_at(self, rows: float) -> float:
         """:meth:`seconds` at one T, in plain Python (the latency model's ``latency_at``)."""

@@ -6,10 +6,12 @@ through composed steps of one trace at batch B, the floor fed by a cost model as
 and keeps, per drafted step, the slabs the fixed step saw, the host's prices and the selection.
 :func:`run_step` re-runs one captured step from its slabs on any device: the policy part of a
 step with no host sync, what a drafter that drafts the fixed layout would run.
-:func:`time_eager` times it (the device synchronized at the end, median of ``reps``);
-:func:`time_graph` captures it in a CUDA graph (prices baked in, inputs cloned into the graph's
-own buffers), replays it, checks the replay's selection against the eager one and times the
-replay.
+:func:`time_eager` times it (the device synchronized at the end, median of ``reps``).
+:class:`StepGraphs` serves steps from CUDA graphs, one per step shape (B, the slabs' shapes, the
+mode, the gate and the row price's latency model): a step of a shape already captured is
+copied into that graph's input buffers (slabs, caps, the :class:`~echo_scheduler.device.
+StepScalars` holding its prices) and replayed, so one graph serves every step of its shape.
+On the CPU the same buffers are re-run eagerly (the reload logic, without a graph).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from echo_lab.replay.costs import ProfiledCost
 from echo_lab.replay.run import calibrate_rows, compose_steps, replay_step, split_warmup
 from echo_lab.sim.rows import load_rows
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.device import DepthSlab, FixedEchoStep, StepPrices
+from echo_scheduler.device import DepthSlab, FixedEchoStep, StepPrices, StepScalars
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.policies import make_policy
@@ -80,9 +82,10 @@ def capture_steps(trace: Path, batch: int, steps: int, cost: ProfiledCost) -> li
     return out
 
 
-def run_step(step: CapturedStep) -> Tensor:
-    """The fixed step's decisions over ``step``'s slabs: its selection, [B, S] bool."""
-    fixed = FixedEchoStep(step.config, step.gate, step.prices)
+def run_step(step: CapturedStep, scalars: StepScalars | None = None) -> Tensor:
+    """The fixed step's decisions over ``step``'s slabs: its selection, [B, S] bool.
+    ``scalars``: buffers holding ``step``'s prices (default: fresh ones)."""
+    fixed = FixedEchoStep(step.config, step.gate, step.prices, scalars)
     last = len(step.slabs) - 1
     for i, slab in enumerate(step.slabs):
         fixed.fold_depth(slab, last=i == last)
@@ -112,27 +115,95 @@ def time_eager(step: CapturedStep, reps: int = 5) -> float:
     return _median_ms(lambda: run_step(step), device, reps)
 
 
-def time_graph(step: CapturedStep, reps: int = 20) -> tuple[float, bool]:
-    """(median ms of a CUDA-graph replay of :func:`run_step`, the replay's selection equals
-    the eager one). The step must be on a CUDA device. Its slabs are cloned into the graph's
-    own input buffers and its prices are baked into the graph, so the check says the capture
-    recorded the whole step, not that one graph serves other steps (that needs the prices as
-    device scalars)."""
-    device = step.prices.caps.device
-    static = replace(step, slabs=tuple(
-        DepthSlab(s.path.clone(), s.draft.clone(), s.valid.clone()) for s in step.slabs
-    ))  # fmt: skip
-    eager = run_step(static)
-    stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
-    stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(stream):  # warm up off the capture (allocator, cached map tables)
-        for _ in range(2):
-            run_step(static)
-    torch.cuda.current_stream(device).wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        keep = run_step(static)
-    graph.replay()
-    _sync(device)
-    same = bool(torch.equal(keep, eager))
-    return _median_ms(graph.replay, device, reps), same
+def shape_key(step: CapturedStep) -> tuple[object, ...]:
+    """What one graph of the step bakes in (module docstring): equal keys, one graph."""
+    price = step.prices.row_price
+    return (
+        tuple(tuple(s.path.shape) for s in step.slabs),
+        step.prices.explore_rows,
+        None if price is None else id(price.latency),
+        id(step.gate),
+        step.config,
+    )
+
+
+@dataclass
+class _Graphed:
+    """One captured step shape: its input buffers, its graph (None on the CPU), its output."""
+
+    static: CapturedStep
+    scalars: StepScalars
+    graph: torch.cuda.CUDAGraph | None
+    keep: Tensor
+
+    def load(self, step: CapturedStep) -> None:
+        """Copy ``step``'s inputs into the buffers (device-side copies and fills)."""
+        for mine, theirs in zip(self.static.slabs, step.slabs, strict=True):
+            mine.path.copy_(theirs.path)
+            mine.draft.copy_(theirs.draft)
+            mine.valid.copy_(theirs.valid)
+        self.static.prices.caps.copy_(step.prices.caps)
+        self.scalars.load(step.prices)
+
+    def replay(self) -> Tensor:
+        if self.graph is None:  # the CPU: the same buffers, re-run
+            self.keep = run_step(self.static, self.scalars)
+        else:
+            self.graph.replay()
+        return self.keep
+
+
+class StepGraphs:
+    """Captured steps served from one graph per :func:`shape_key` (module docstring)."""
+
+    def __init__(self) -> None:
+        self.graphs: dict[tuple[object, ...], _Graphed] = {}
+        self.served = 0
+
+    @property
+    def captures(self) -> int:
+        return len(self.graphs)
+
+    def prepare(self, step: CapturedStep) -> _Graphed:
+        """The graph serving ``step``, its buffers holding ``step``'s inputs."""
+        self.served += 1
+        key = shape_key(step)
+        entry = self.graphs.get(key)
+        if entry is None:
+            entry = self.graphs[key] = self._capture(step)
+        entry.load(step)
+        return entry
+
+    def run(self, step: CapturedStep) -> Tensor:
+        """``step``'s selection by its graph (a copy of the graph's output buffer)."""
+        return self.prepare(step).replay().clone()
+
+    def time(self, step: CapturedStep, reps: int = 20) -> tuple[float, bool]:
+        """(median ms of a replay serving ``step``, its selection equals the eager one)."""
+        eager = run_step(step)
+        entry = self.prepare(step)
+        same = bool(torch.equal(entry.replay(), eager))
+        device = step.prices.caps.device
+        return _median_ms(entry.replay, device, reps), same
+
+    @staticmethod
+    def _capture(step: CapturedStep) -> _Graphed:
+        device = step.prices.caps.device
+        slabs = tuple(
+            DepthSlab(s.path.clone(), s.draft.clone(), s.valid.clone()) for s in step.slabs
+        )
+        prices = replace(step.prices, caps=step.prices.caps.clone())
+        static = replace(step, prices=prices, slabs=slabs)
+        scalars = StepScalars.of(prices, device)
+        if device.type != "cuda":
+            return _Graphed(static, scalars, None, run_step(static, scalars))
+        stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):  # warm up off the capture (allocator, cached map tables)
+            for _ in range(2):
+                run_step(static, scalars)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            keep = run_step(static, scalars)
+        return _Graphed(static, scalars, graph, keep)

@@ -12,7 +12,7 @@
   entry for every packed caller (the fixed loop for ``echo_device``, ``drive_step`` else).
 """
 
-from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices
+from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices, StepScalars
 from echo_scheduler.device.layout import DepthSlab, Frontier
 
-__all__ = ["DepthSlab", "FixedEchoStep", "Frontier", "StepPrices"]
+__all__ = ["DepthSlab", "FixedEchoStep", "Frontier", "StepPrices", "StepScalars"]

@@ -84,15 +84,63 @@ class StepPrices:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class StepScalars:
+    """A step's numbers from :class:`StepPrices` as 0-dim tensors on the step's device: what
+    the fixed step reads, so that no price is baked into its op sequence. A CUDA graph of the
+    step captures these buffers; :meth:`load` refills them for the next step (device-side
+    fills, no host sync) and one graph serves every step of the same shapes and mode."""
+
+    budget: Tensor  # int64, K
+    min_utility: Tensor  # float32, u_min (compared with float32 keys, as a float would be)
+    node_price: Tensor  # float32, p
+    depth_price: Tensor  # float64 (the depth's gain is summed in float64)
+    rate: Tensor  # float64, the row price's lam (0 without a row price)
+    scale: Tensor  # float64, the row price's scale (1 without a row price)
+
+    @classmethod
+    def of(cls, prices: StepPrices, device: torch.device) -> StepScalars:
+        """Fresh buffers on ``device`` holding ``prices``' numbers."""
+
+        def make(dtype: torch.dtype) -> Tensor:
+            return torch.zeros((), dtype=dtype, device=device)
+
+        f32, f64 = torch.float32, torch.float64
+        out = cls(make(torch.int64), make(f32), make(f32), make(f64), make(f64), make(f64))
+        out.load(prices)
+        return out
+
+    def load(self, prices: StepPrices) -> None:
+        """Write ``prices``' numbers into these buffers, in place."""
+        row = prices.row_price
+        self.budget.fill_(prices.budget)
+        self.min_utility.fill_(prices.min_utility)
+        self.node_price.fill_(prices.node_price)
+        self.depth_price.fill_(prices.depth_price)
+        self.rate.fill_(0.0 if row is None else row.rate)
+        self.scale.fill_(1.0 if row is None else row.scale)
+
+
 class FixedEchoStep:
     """One step of ECHO's decisions in the fixed layout (module docstring)."""
 
-    def __init__(self, config: PolicyConfig, gate: GatePolicy, prices: StepPrices) -> None:
+    def __init__(
+        self,
+        config: PolicyConfig,
+        gate: GatePolicy,
+        prices: StepPrices,
+        scalars: StepScalars | None = None,
+    ) -> None:
+        """``scalars``: buffers already holding ``prices``' numbers (a captured graph's own);
+        by default fresh ones. The step's ops read the numbers only through them: which ops
+        run depends on the shapes, the gate, the mode (``explore_rows``) and whether there is
+        a row price, never on a price's value."""
         self.config, self.gate, self.prices = config, gate, prices
         self.width = config.draft_width
         caps = prices.caps
         self.batch_size = int(caps.shape[0])
         self.device = caps.device
+        self.scalars = scalars if scalars is not None else StepScalars.of(prices, caps.device)
         self.truncated_at = torch.where(caps > 0, config.max_depth, 0)
         self.drafted_depths = torch.zeros((), dtype=torch.int64, device=self.device)
         self.keys: list[Tensor] = []  # u' per depth, [B, n_d] float32
@@ -187,25 +235,26 @@ class FixedEchoStep:
         of the depth just drafted (after its gate). Fixed from then on: a later checkpoint d'
         truncates only below d', where a truncated request drafts nothing."""
         eligible = valid & (self.truncated_at >= depth).unsqueeze(1)
-        if self.prices.min_utility > 0 and not self.exploring:
-            eligible &= key >= self.prices.min_utility
+        if not self.exploring:
+            u_min = self.scalars.min_utility
+            eligible &= (key >= u_min) | (u_min <= 0)
         return eligible
 
     def _expand(self, slab: DepthSlab, key: Tensor, d: int, slot: Tensor, ok: Tensor) -> Tensor:
         """Which of the depth-d band entries (``slot``, ``ok``: [B, k0]) to expand (module
         docstring, 4-5): [B, k0] bool. Depth d's keys, slab and band entries are already
         folded in; its frontier is not."""
-        p = self.prices
+        p, v = self.prices, self.scalars
         b, k0 = slot.shape
         if b == 0:  # an empty batch (a shape, not a value: no read)
             return torch.zeros_like(ok)
         # 4. the band so far, [B, d k0] in packed order, under the caps and the budget
         band_key = torch.cat(self.band_keys, dim=1)
         band_ok = torch.cat(self.front_ok, dim=1)
-        top = first_in_rows(torch.cat(self.band_orders, dim=1), band_ok, p.caps, p.budget)
+        top = first_in_rows(torch.cat(self.band_orders, dim=1), band_ok, p.caps, v.budget)
         held = top.sum(dim=1)
-        floor = torch.full((), p.min_utility, device=self.device)  # no host copy
-        filled = held.sum() >= p.budget
+        floor = v.min_utility
+        filled = held.sum() >= v.budget
         kept_keys = torch.where(top, band_key, torch.inf)
         weakest = torch.where(filled, torch.maximum(kept_keys.min(), floor), floor)
         own_weakest = torch.where(held >= p.caps, kept_keys.amin(dim=1), -torch.inf)  # w_b
@@ -227,17 +276,14 @@ class FixedEchoStep:
             guess = torch.minimum(own, both[n:].view(b, k0))
         active = (self.truncated_at > d).unsqueeze(1)
         go = kept_now & ok & active
-        if p.min_utility > 0:
-            go &= bound >= weakest
-        else:
-            go &= (bound >= weakest) | ~filled
+        go &= (bound >= weakest) | (~filled & (floor <= 0))  # waived: budget open, no floor
         at_cap = own_weakest.unsqueeze(1)
         go &= bound >= at_cap
         weakest_b = torch.maximum(weakest, at_cap)
-        if p.node_price:
-            go &= guess - weakest_b > p.node_price
-        gain = torch.where(go, guess - weakest_b - p.node_price, 0.0).clamp(min=0)
-        pays = gain.double().sum() >= p.depth_price
+        price = v.node_price
+        go &= (guess - weakest_b > price) | (price == 0)  # p > 0 only
+        gain = torch.where(go, guess - weakest_b - price, 0.0).clamp(min=0)
+        pays = gain.double().sum() >= v.depth_price
         return go & pays
 
     def select(self) -> Tensor:
@@ -254,19 +300,20 @@ class FixedEchoStep:
         other = torch.where(truncated, WIDTH, REINVEST)
         tier = torch.where(eligible, torch.where(band, DEPTH, other), REINVEST + 1)
         order = torch.cat(self.orders, dim=1)
-        keep = first_in_rows(order, eligible, p.caps, p.budget, tier).reshape(-1)
+        keep = first_in_rows(order, eligible, p.caps, self.scalars.budget, tier).reshape(-1)
         flat_key = key.reshape(-1)
         if p.row_price is not None and self.gate.acceptance_maps is not None:
             if self.exploring:
                 score = torch.cat([s.score for s in self.slabs], dim=1).reshape(-1)
                 keep = best_rows(flat_key, keep, p.explore_rows, score)
             else:
-                keep = exact_cut(flat_key, keep, b, p.row_price, gather=False)
+                rate_scale = (self.scalars.rate, self.scalars.scale)
+                keep = exact_cut(flat_key, keep, b, p.row_price, False, rate_scale)
         return keep.view(b, -1)
 
 
 def first_in_rows(
-    order: Tensor, mask: Tensor, caps: Tensor, budget: int, tier: Tensor | None = None
+    order: Tensor, mask: Tensor, caps: Tensor, budget: int | Tensor, tier: Tensor | None = None
 ) -> Tensor:
     """Each row's first ``caps[b]`` ``mask`` elements, then the first ``budget`` of those, all
     in the order (``tier`` asc., ``order`` desc., flat index asc.): [B, n] bool
