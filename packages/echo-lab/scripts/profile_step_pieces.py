@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+import echo_scheduler.device.driver as device_driver
 import echo_scheduler.driver as driver
 import echo_server.drafting.eagle_drafter as eagle_drafter
 import echo_server.drafting.eagle_head as eagle_head
@@ -75,9 +76,10 @@ def instrument(engine: Engine) -> None:
     wrap(speculate, "speculate", "engine.speculate", engine_module)
     wrap(engine_module.Engine, "_commit_and_emit", "engine._commit_and_emit")
     wrap(verify, "verify_pass", "verify_pass", speculate)
-    wrap(driver, "drive_step", "drive_step", speculate)
+    wrap(device_driver, "drive", "driver.drive", speculate)
+    wrap(driver, "drive_step", "drive_step", device_driver)
     wrap(driver, "check_plan", "driver.check_plan")
-    wrap(driver, "check_selection", "driver.check_selection")
+    wrap(driver, "check_selection", "driver.check_selection", device_driver)
     wrap(draft_source, "grow_pool", "grow_pool")
     wrap(draft_source, "expand_request", "expand_request")
     wrap(speculate, "accept", "accept")
@@ -95,7 +97,8 @@ def instrument(engine: Engine) -> None:
     model = type(engine.model)
     wrap(model, "forward", "model.forward (prefill too)")
     wrap(model, "logits", "model.logits (prefill too)")
-    for name in ("begin_step", "after_depth", "select", "observe"):
+    for name in ("begin_step", "after_depth", "select", "begin_fixed", "fixed_depth",
+                 "fixed_select", "observe"):  # fmt: skip
         if hasattr(engine.policy, name):
             wrap(engine.policy, name, f"policy.{name}")
 

@@ -110,6 +110,28 @@ def test_the_fixed_layout_plans_and_selects_as_echo_does(
         assert ref.ledger.summary() == fixed.ledger.summary()  # the same drafter calls, nodes
 
 
+@pytest.mark.parametrize("max_depth", [1, 2, 3])
+def test_a_driver_depth_bound_below_the_policys_keeps_the_ledger_equal(max_depth: int) -> None:
+    """``drive`` with ``max_depth`` below ``config.max_depth`` (the engine's ``--max-depth``):
+    the same selections and the same ledger as ``echo`` under ``drive_step``, whose last plan
+    counts the nodes it would still expand."""
+    steps = SyntheticWorkload.qwen().sample(6, 6, torch.Generator().manual_seed(max_depth))
+    ref, dev = EchoPolicy(CONFIG, _gated_maps()), DeviceEchoPolicy(CONFIG, _gated_maps())
+    for step in steps:
+        keeps = []
+        for policy, loop in ((ref, drive_step), (dev, drive)):
+            sb = StepBatch(6, 40, step.max_nodes, 0.02, row_price=PRICE, node_price=0.01)
+            run = loop(policy, SimSource(step), sb, max_depth=max_depth)
+            lengths = accepted_lengths(run.pool, run.keep, step.target)
+            verified = _per_request(run.pool, run.keep)
+            policy.observe(StepOutcome(accepted_lengths=lengths, verified=verified))
+            keeps.append(run.keep)
+        assert torch.equal(*keeps)
+    assert ref.ledger is not None
+    assert dev.ledger is not None
+    assert ref.ledger.summary() == dev.ledger.summary()
+
+
 def test_echo_device_is_registered_and_offered() -> None:
     policy = make_policy("echo_device", CONFIG, gate=stepped_gate())
     assert isinstance(policy, DeviceEchoPolicy)

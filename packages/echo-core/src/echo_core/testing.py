@@ -16,10 +16,11 @@ Two torch function modes make those defects visible on the CPU:
   devices (a CPU 0-dim tensor is allowed, as torch allows it) and tensor factories called
   without an explicit ``device=``, which silently land on the CPU on a GPU machine.
 
-A third, :class:`OpTrace`, lists the aten ops a region runs, with every argument's shape and
-dtype and every non-tensor argument's value: what a CUDA graph of the region would record. Two
-runs with equal traces run the same kernels with the same baked-in constants, so one captured
-graph serves both (their tensor inputs copied into its buffers).
+A third, :class:`OpTrace`, lists the aten ops a region runs, with every tensor argument's shape,
+dtype and device and every non-tensor argument's value. Two runs with equal traces launch the
+same kernels with the same Python constants, which is what one CUDA graph needs to serve both
+(their tensor inputs copied into its buffers). It does not see the values of tensors (a CPU
+0-dim tensor mixed into a CUDA op is baked in by a graph too) nor storage addresses.
 
 Both see only calls made while the mode is active, from Python, at the outermost level (torch
 disables the mode while it runs the call it handles).

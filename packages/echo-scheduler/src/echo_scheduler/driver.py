@@ -1,6 +1,8 @@
-"""The policy driver: one decode step's draft-and-select loop, the only copy of it.
+"""The policy driver: one decode step's draft-and-select loop over packed pools, its only copy.
 
-The engine, the simulator and the SGLang selection replay all call :func:`drive_step`; they
+The engine, the simulator, the replay and the SGLang selection replay all reach
+:func:`drive_step` (the first three through :func:`echo_scheduler.device.driver.drive`, which
+sends a policy with a fixed layout, ``echo_device``, to that layout's own loop instead); they
 differ only in their :class:`DraftSource` (a drafter model, a recorded/synthetic step, a pool
 that SGLang's EAGLE worker already drafted). One step::
 
@@ -123,8 +125,7 @@ def drive_step(
         grown = source.grow(pool, plan)
         if grown is None:
             break
-        roots = plan.root_topk
-        expansions += int((roots > 0).sum()) if roots is not None else int(plan.expand.numel())
+        expansions += plan.expansions
         pool, depths = grown, depths + 1
         with clock.timed(around):
             plan = policy.after_depth(pool)

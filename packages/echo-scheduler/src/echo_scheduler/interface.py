@@ -1,8 +1,9 @@
 """The one interface every drafting/selection policy implements.
 
 A *policy* decides, per decode step, which nodes the drafter expands and which drafted nodes are
-verified. :func:`echo_scheduler.driver.drive_step` is the only loop that calls it (the engine,
-the simulator and the SGLang replay all use it)::
+verified. :func:`echo_scheduler.driver.drive_step` is the only loop that calls it over packed
+pools (the engine, the simulator and the replays all use it; ``echo_device`` also has a
+fixed-layout loop, echo_scheduler.device.driver)::
 
     plan = policy.begin_step(StepBatch(batch_size=B, budget=K, max_nodes=caps))
     pool = empty_tree(B)
@@ -131,6 +132,13 @@ class DraftPlan:
         if self.root_topk is not None:
             return not bool((self.root_topk > 0).any())
         return self.expand.numel() == 0
+
+    @property
+    def expansions(self) -> int:
+        """Nodes (or roots) this plan expands (a read of the roots' count)."""
+        if self.root_topk is not None:
+            return int((self.root_topk > 0).sum())
+        return int(self.expand.numel())
 
     @staticmethod
     def roots(root_topk: Tensor) -> DraftPlan:

@@ -116,7 +116,9 @@ def time_eager(step: CapturedStep, reps: int = 5) -> float:
 
 
 def shape_key(step: CapturedStep) -> tuple[object, ...]:
-    """What one graph of the step bakes in (module docstring): equal keys, one graph."""
+    """What one graph of the step bakes in (module docstring): equal keys, one graph. The gate
+    and the latency model enter by identity; the graph's entry keeps both alive (in its
+    captured step), so an id is never reused while its graph exists."""
     price = step.prices.row_price
     return (
         tuple(tuple(s.path.shape) for s in step.slabs),
@@ -129,7 +131,9 @@ def shape_key(step: CapturedStep) -> tuple[object, ...]:
 
 @dataclass
 class _Graphed:
-    """One captured step shape: its input buffers, its graph (None on the CPU), its output."""
+    """One captured step shape: its input buffers, its graph (None on the CPU), its output.
+    ``static.prices`` keeps the first step's numbers, which the ops never read (they read
+    ``scalars``); only its caps tensor is a buffer."""
 
     static: CapturedStep
     scalars: StepScalars
@@ -158,7 +162,6 @@ class StepGraphs:
 
     def __init__(self) -> None:
         self.graphs: dict[tuple[object, ...], _Graphed] = {}
-        self.served = 0
 
     @property
     def captures(self) -> int:
@@ -166,7 +169,6 @@ class StepGraphs:
 
     def prepare(self, step: CapturedStep) -> _Graphed:
         """The graph serving ``step``, its buffers holding ``step``'s inputs."""
-        self.served += 1
         key = shape_key(step)
         entry = self.graphs.get(key)
         if entry is None:

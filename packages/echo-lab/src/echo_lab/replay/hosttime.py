@@ -4,9 +4,12 @@ The replay (``echo-sd sim``) prices a step by the model's work alone: its cost m
 policy's own time out. :func:`host_rows` measures that time on the same recorded pools: each arm
 is driven through ``steps`` composed batches per (trace, B) by the replay's own
 :func:`~echo_lab.replay.run.replay_step` (the floor's ``step_batch``,
-:func:`~echo_scheduler.driver.drive_step`, ``observe`` and the floor's ``observe``), which times
+:func:`~echo_scheduler.device.driver.drive`, ``observe`` and the floor's ``observe``), which times
 every call of the policy and the floor (wall and process CPU) and leaves out the recorded pool's
-growth (the drafter's work) and greedy acceptance (the verify's). With ``device`` the policy
+growth (the drafter's work) and greedy acceptance (the verify's). For ``echo_device`` the
+conversion between the packed pool and its slabs (:class:`~echo_scheduler.device.packed.
+PackedSlabs`' clock) is counted in, but ``around`` does not wrap it: its reads are the packed
+source's. With ``device`` the policy
 works on pools there (:class:`~echo_scheduler.simulator.DeviceSource`); ``around`` wraps every
 policy call (a benchmark on a GPU synchronizes the device on its exit, so the wall time holds the
 device work the call queued).

@@ -30,7 +30,7 @@ from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices
 from echo_scheduler.device.layout import DepthSlab, Frontier
-from echo_scheduler.device.packed import depth_slab, packed_keep
+from echo_scheduler.device.packed import frontier_nodes, new_depth_slab, packed_keep
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import DraftPlan, StepBatch, StepOutcome
 from echo_scheduler.policies.echo import EchoPolicy
@@ -102,8 +102,7 @@ class DeviceEchoPolicy(EchoPolicy):
         fixed = self.fixed
         if fixed is None:
             raise PolicyError(f"{self.name}: fixed_depth outside a drafted begin_fixed step")
-        deepest = fixed.depth + 1 >= self.config.max_depth
-        front = fixed.fold_depth(slab, last or deepest, gate_empty)
+        front = fixed.fold_depth(slab, last, gate_empty)  # the deepest depth expands nothing
         self.truncated_at = fixed.truncated_at
         count = front.expand.sum()
         self._expanded_t = count if self._expanded_t is None else self._expanded_t + count
@@ -143,14 +142,9 @@ class DeviceEchoPolicy(EchoPolicy):
         if fixed is None or fixed.depth != d - 1 or (self._drafted is None and d > 1):
             raise PolicyError(f"{self.name}: depth {d} of a step whose depth 1 it did not see")
         before = self._drafted
-        if before is None:
-            new = torch.arange(pool.num_nodes, dtype=torch.int64, device=pool.device)
-            front = None
-        else:
-            added = pool.num_nodes - before.num_nodes
-            new = torch.nonzero_static(pool.depth == d, size=added).squeeze(1)
-            front = (self._locals[-1], fixed.fronts[-1])
-        slab, local = depth_slab(pool, new, self.config.draft_width, front)
+        front = None if before is None else (self._locals[-1], fixed.fronts[-1])
+        drafted = 0 if before is None else before.num_nodes
+        slab, local = new_depth_slab(pool, drafted, d, self.config.draft_width, front)
         self._locals.append(local)
         self._drafted = pool
         last = self._shallow or d >= self.config.max_depth
@@ -158,8 +152,7 @@ class DeviceEchoPolicy(EchoPolicy):
         self.truncated_at = fixed.truncated_at
         if last:
             return DraftPlan.finished(pool.device)
-        owners = local.gather(1, chosen.slot) + pool.cu_nodes[:-1].unsqueeze(1)
-        nodes = owners[chosen.expand]  # the packed drafter sizes its call by this count
+        nodes = frontier_nodes(pool, local, chosen)  # the packed drafter sizes its call by it
         if nodes.numel() == 0:
             return DraftPlan.finished(pool.device)
         self._expanded += int(nodes.numel())

@@ -13,8 +13,9 @@ read between depths on the policy's side::
 
 A source drafts every frontier entry it is given (entries not to expand come back as invalid
 slots), so shapes depend only on (B, W, k0, d) and the loop's length only on the host's step
-decisions; one that ends early (None) changes no decision: the depths it skips would hold only
-invalid slots. Users: the SGLang plugin (echo_sglang.fixed_replay, over EAGLE's finished pool),
+decisions. One that ends early (None: nothing to expand, or it can draft nothing more) ends the
+step as ``drive_step`` does when its source has nothing more: no further depth is folded, so no
+gate fires there. Users: the SGLang plugin (echo_sglang.fixed_replay, over EAGLE's finished pool),
 and, through :func:`drive`, every packed driver's caller (the engine, the simulator, the
 replay) with :class:`~echo_scheduler.device.packed.PackedSlabs` over its packed source.
 
@@ -110,12 +111,17 @@ def drive(
     """One step of ``policy`` over a packed ``source``: in the fixed layout
     (:func:`drive_fixed_step` over :class:`~echo_scheduler.device.packed.PackedSlabs`) for a
     policy that has one, else :func:`~echo_scheduler.driver.drive_step`. Either way the same
-    :class:`~echo_scheduler.driver.DrivenStep`, its selection checked the same way; in the
-    fixed layout its schedule time holds the policy's calls and the conversion between the
-    layouts (:attr:`PackedSlabs.clock`), so that it compares with the packed loop's. ``strict``
-    applies to the packed loop only: the fixed loop's length is the policy's
-    ``fixed_depths``."""
-    if not isinstance(policy, DeviceEchoPolicy):
+    :class:`~echo_scheduler.driver.DrivenStep`, its selection checked by the same
+    ``check_selection`` (the plans are the source's own, built from the frontier, so there is
+    no ``check_plan``); in the fixed layout its schedule time holds the policy's calls and the
+    conversion between the layouts (:attr:`PackedSlabs.clock`), so that it compares with the
+    packed loop's.
+
+    A ``max_depth`` below the policy's own ``config.max_depth`` goes to the packed loop: there
+    ``echo``'s last plan still counts the nodes it would expand in the ledger, which the fixed
+    loop, folding that depth as the last, would not. ``strict`` applies to the packed loop only:
+    the fixed loop's length is the policy's ``fixed_depths``."""
+    if not isinstance(policy, DeviceEchoPolicy) or max_depth < policy.config.max_depth:
         return drive_step(policy, source, batch, max_depth=max_depth, strict=strict, around=around)
     caps = batch.max_nodes
     slabs = PackedSlabs(source, caps, policy.config.draft_width)

@@ -93,7 +93,9 @@ class StepScalars:
 
     budget: Tensor  # int64, K
     min_utility: Tensor  # float32, u_min (compared with float32 keys, as a float would be)
+    floored: Tensor  # bool, u_min > 0 (decided on the float, not on its float32 rounding)
     node_price: Tensor  # float32, p
+    node_priced: Tensor  # bool, p > 0 (likewise)
     depth_price: Tensor  # float64 (the depth's gain is summed in float64)
     rate: Tensor  # float64, the row price's lam (0 without a row price)
     scale: Tensor  # float64, the row price's scale (1 without a row price)
@@ -105,8 +107,11 @@ class StepScalars:
         def make(dtype: torch.dtype) -> Tensor:
             return torch.zeros((), dtype=dtype, device=device)
 
-        f32, f64 = torch.float32, torch.float64
-        out = cls(make(torch.int64), make(f32), make(f32), make(f64), make(f64), make(f64))
+        f32, f64, flag = torch.float32, torch.float64, torch.bool
+        out = cls(
+            make(torch.int64), make(f32), make(flag), make(f32), make(flag), make(f64),
+            make(f64), make(f64),
+        )  # fmt: skip
         out.load(prices)
         return out
 
@@ -115,7 +120,9 @@ class StepScalars:
         row = prices.row_price
         self.budget.fill_(prices.budget)
         self.min_utility.fill_(prices.min_utility)
+        self.floored.fill_(prices.min_utility > 0)
         self.node_price.fill_(prices.node_price)
+        self.node_priced.fill_(prices.node_price > 0)
         self.depth_price.fill_(prices.depth_price)
         self.rate.fill_(0.0 if row is None else row.rate)
         self.scale.fill_(1.0 if row is None else row.scale)
@@ -133,8 +140,9 @@ class FixedEchoStep:
     ) -> None:
         """``scalars``: buffers already holding ``prices``' numbers (a captured graph's own);
         by default fresh ones. The step's ops read the numbers only through them: which ops
-        run depends on the shapes, the gate, the mode (``explore_rows``) and whether there is
-        a row price, never on a price's value."""
+        run, and with which constants, depends on the shapes, the gate, the mode
+        (``explore_rows``) and the row price's latency model (its points), never on a price's
+        value. ``prices`` itself then only says which of those apply."""
         self.config, self.gate, self.prices = config, gate, prices
         self.width = config.draft_width
         caps = prices.caps
@@ -236,8 +244,7 @@ class FixedEchoStep:
         truncates only below d', where a truncated request drafts nothing."""
         eligible = valid & (self.truncated_at >= depth).unsqueeze(1)
         if not self.exploring:
-            u_min = self.scalars.min_utility
-            eligible &= (key >= u_min) | (u_min <= 0)
+            eligible &= (key >= self.scalars.min_utility) | ~self.scalars.floored
         return eligible
 
     def _expand(self, slab: DepthSlab, key: Tensor, d: int, slot: Tensor, ok: Tensor) -> Tensor:
@@ -276,13 +283,12 @@ class FixedEchoStep:
             guess = torch.minimum(own, both[n:].view(b, k0))
         active = (self.truncated_at > d).unsqueeze(1)
         go = kept_now & ok & active
-        go &= (bound >= weakest) | (~filled & (floor <= 0))  # waived: budget open, no floor
+        go &= (bound >= weakest) | (~filled & ~v.floored)  # waived: budget open, no floor
         at_cap = own_weakest.unsqueeze(1)
         go &= bound >= at_cap
         weakest_b = torch.maximum(weakest, at_cap)
-        price = v.node_price
-        go &= (guess - weakest_b > price) | (price == 0)  # p > 0 only
-        gain = torch.where(go, guess - weakest_b - price, 0.0).clamp(min=0)
+        go &= (guess - weakest_b > v.node_price) | ~v.node_priced  # p > 0 only
+        gain = torch.where(go, guess - weakest_b - v.node_price, 0.0).clamp(min=0)
         pays = gain.double().sum() >= v.depth_price
         return go & pays
 

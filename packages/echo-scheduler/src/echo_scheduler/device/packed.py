@@ -66,6 +66,24 @@ def depth_slab(
     return slab, slots.view(b, cols)
 
 
+def new_depth_slab(
+    grown: TreeBatch, drafted: int, depth: int, width: int, front: tuple[Tensor, Frontier] | None
+) -> tuple[DepthSlab, Tensor]:
+    """:func:`depth_slab` of the depth-``depth`` nodes ``grown`` added to a pool of ``drafted``
+    nodes (they are its only nodes at that depth; their count is a shape, not a read)."""
+    added = grown.num_nodes - drafted
+    new = torch.nonzero_static(grown.depth == depth, size=added).squeeze(1)
+    return depth_slab(grown, new, width, front)
+
+
+def frontier_nodes(pool: TreeBatch, local: Tensor, front: Frontier) -> Tensor:
+    """The global indices in ``pool`` of ``front``'s entries to expand ([M] int64; ``local``:
+    the frontier's depth's slots' local indices). Boolean indexing: the one read of a count a
+    packed drafter needs per depth, to size its call."""
+    owners = local.gather(1, front.slot) + pool.cu_nodes[:-1].unsqueeze(1)
+    return owners[front.expand]
+
+
 def packed_keep(pool: TreeBatch, local: Tensor, keep: Tensor) -> Tensor:
     """``keep`` ([B, S] bool over the slabs side by side) as a mask over ``pool``'s nodes
     ([N] bool); ``local``: every slot's request-local index ([B, S] int64, -1 where invalid).
@@ -88,8 +106,8 @@ class PackedSlabs:
     Depth 1 drafts ``width`` children of every root whose cap is above 0 (``caps``: [B] int64,
     the step's ``max_nodes``, on the pool's device); depth d the ``W`` children of every
     frontier entry to expand. Nothing to expand, or a source that can draft nothing more, ends
-    the step (:meth:`slab` returns None): the decisions are those of drafting on with every
-    slot invalid."""
+    the step (:meth:`slab` returns None), as ``drive_step`` ends it: no further depth is folded
+    and no gate fires there."""
 
     gate_empty = True  # an expanded depth that drafts nothing gates every request (the engine's)
 
@@ -110,8 +128,8 @@ class PackedSlabs:
                 plan = DraftPlan.roots(torch.where(self.caps > 0, width, 0))
                 prev = None
             else:
-                owners = self.locals[-1].gather(1, front.slot) + before.cu_nodes[:-1].unsqueeze(1)
-                plan = expand_all(owners[front.expand], self.width)  # the packed drafter's read
+                nodes = frontier_nodes(before, self.locals[-1], front)
+                plan = expand_all(nodes, self.width)
                 prev = (self.locals[-1], front)
             done = plan.done
         if done:
@@ -119,14 +137,11 @@ class PackedSlabs:
         grown = self.source.grow(before, plan)
         if grown is None:
             return None
-        roots = plan.root_topk
-        self.expansions += int((roots > 0).sum()) if roots is not None else plan.expand.numel()
+        self.expansions += plan.expansions
         self.depths += 1
         self.pool = grown
         with self.clock.timed(None):
-            added = grown.num_nodes - before.num_nodes
-            new = torch.nonzero_static(grown.depth == depth, size=added).squeeze(1)
-            slab, local = depth_slab(grown, new, self.width, prev)
+            slab, local = new_depth_slab(grown, before.num_nodes, depth, self.width, prev)
             self.locals.append(local)
         return slab
 
