@@ -16,9 +16,9 @@ from echo_kernels.attention_metadata import verify_metadata
 from echo_kernels.tree_attention import tree_attention
 from echo_sglang.masks import TreeMaskMode
 from echo_sglang.padded import padded_verify_input
+from echo_sglang.synthetic import distinct_sibling_tree
 
 from .conftest import SGLang
-from .synthetic_pool import distinct_sibling_tree
 
 HEADS, KV_HEADS, DIM = 4, 2, 16
 ATOL = 2e-5  # float32 (bf16 tl.dot is wrong in the Triton interpreter)

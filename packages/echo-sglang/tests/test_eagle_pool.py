@@ -11,9 +11,9 @@ from echo_sglang.args import PluginConfigError
 from echo_sglang.eagle_pool import EaglePool, concat_draft_lists, pool_from_eagle
 from echo_sglang.masks import TreeMaskMode
 from echo_sglang.padded import PaddedVerifyInput, padded_verify_input
+from echo_sglang.synthetic import eagle2_selection, eagle_draft
 
 from .conftest import SGLang
-from .synthetic_pool import eagle2_selection, eagle_draft
 
 
 def _pool(seed: int, batch: int, steps: int, topk: int) -> tuple[EaglePool, Tensor, Tensor, Tensor]:

@@ -23,10 +23,10 @@ from echo_sglang.args import EchoArgs
 from echo_sglang.config import EagleShape, resolve
 from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
 from echo_sglang.step import EchoStep
+from echo_sglang.synthetic import eagle_draft, following_targets, padded_targets
 
 from .conftest import SGLang
 from .source_ast import WORKER, function_def
-from .synthetic_pool import eagle_draft, following_targets, padded_targets
 
 STEPS, TOPK, N, B = 3, 3, 8, 4
 

@@ -24,9 +24,9 @@ from echo_sglang.fixed_replay import FixedPoolReplay
 from echo_sglang.masks import TreeMaskMode, write_mask
 from echo_sglang.padded import padded_verify_input
 from echo_sglang.step import EchoStep, overwrite_verify_input
+from echo_sglang.synthetic import eagle2_selection, eagle_draft, following_targets, padded_targets
 
 from .conftest import SGLang
-from .synthetic_pool import eagle2_selection, eagle_draft, following_targets, padded_targets
 
 FIELDS = ("draft_token", "positions", "retrive_index", "retrive_next_token",
           "retrive_next_sibling", "tree_mask", "num_tokens", "seq_lens")  # fmt: skip

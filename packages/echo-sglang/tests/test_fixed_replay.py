@@ -20,8 +20,7 @@ from echo_scheduler.policies.echo import EchoPolicy
 from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
 from echo_sglang.fixed_replay import FixedPoolReplay
 from echo_sglang.selection import PoolReplay
-
-from .synthetic_pool import eagle_draft
+from echo_sglang.synthetic import eagle_draft
 
 
 def _gates(steps: int) -> list[GatePolicy]:

@@ -23,9 +23,9 @@ from echo_sglang.config import EagleShape, resolve
 from echo_sglang.graph_pool import DraftGraphPools, Replay, greedy_variant
 from echo_sglang.pool_capture import capture_draft_pool, organize_hook
 from echo_sglang.step import EchoStep
+from echo_sglang.synthetic import EagleLists, eagle_draft
 
 from .source_ast import WORKER, function_def
-from .synthetic_pool import EagleLists, eagle_draft
 
 STEPS, TOPK, N = 3, 3, 8
 

@@ -18,8 +18,7 @@ from echo_sglang.args import EchoArgs
 from echo_sglang.config import EagleShape, resolve
 from echo_sglang.masks import TreeMaskMode
 from echo_sglang.step import EchoStep, overwrite_verify_input
-
-from .synthetic_pool import eagle_draft
+from echo_sglang.synthetic import eagle_draft
 
 SYNCS_PER_DEPTH = 25
 SYNCS_PER_STEP = 15

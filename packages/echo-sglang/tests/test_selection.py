@@ -11,8 +11,7 @@ from echo_scheduler.interface import StepBatch
 from echo_scheduler.policies import make_policy
 from echo_sglang.eagle_pool import EaglePool, concat_draft_lists, pool_from_eagle
 from echo_sglang.selection import PoolReplay, Selection
-
-from .synthetic_pool import eagle2_selection, eagle_draft
+from echo_sglang.synthetic import eagle2_selection, eagle_draft
 
 
 def _draft(seed: int, b: int, steps: int, topk: int) -> tuple[EaglePool, torch.Tensor]:

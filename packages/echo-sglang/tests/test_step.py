@@ -15,9 +15,9 @@ from echo_sglang.eagle_pool import concat_draft_lists, pool_from_eagle
 from echo_sglang.masks import TreeMaskMode
 from echo_sglang.pool_capture import capture_draft_pool, organize_hook
 from echo_sglang.step import EchoStep, overwrite_verify_input
+from echo_sglang.synthetic import eagle2_selection, eagle_draft, following_targets, padded_targets
 
 from .conftest import SGLang
-from .synthetic_pool import eagle2_selection, eagle_draft, following_targets, padded_targets
 
 STEPS, TOPK, N, B = 3, 3, 8, 4
 

@@ -10,9 +10,9 @@ from echo_core.acceptance import AcceptResult, greedy_accept
 from echo_core.tree import TreeBatch, make_tree
 from echo_core.verify_rows import verify_offsets
 from echo_sglang.padded import PaddedVerifyInput, padded_verify_input
+from echo_sglang.synthetic import distinct_sibling_tree, following_targets
 
 from .conftest import SGLang
-from .synthetic_pool import distinct_sibling_tree, following_targets
 
 JUNK = 7_777
 """Written into padding slots of the target output: a kernel that read one would return it."""

@@ -39,11 +39,17 @@ import torch
 
 from echo_core.sampling import SamplingParams
 from echo_core.testing import HostSyncCounter
+from echo_scheduler.device import driver
+from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.policies import make_policy
+from echo_server.assets import DEFAULT_GATE
+from echo_server.cli.options import gate_for
 from echo_server.drafting import NgramDrafter
-from echo_server.engine import Engine, EngineConfig, GenerationRequest
+from echo_server.drafting.eagle_drafter import eagle_drafter_for
+from echo_server.engine import Engine, EngineConfig, FinishReason, GenerationRequest, speculate
 from echo_server.model import load_model_only
 from echo_server.model.loader import LoadedModel
+from echo_server.prompts import humaneval, mtbench
 
 SYNCS_PER_DEPTH = 20
 SYNCS_PER_STEP = 50
@@ -110,3 +116,45 @@ def test_step_syncs_grow_with_drafted_depth_not_with_batch(
         for total, depths in steps:
             assert total <= SYNCS_PER_DEPTH * depths + SYNCS_PER_STEP, seen
     assert max(d for _, d in seen[16]) >= 4, seen  # the large batch really drafted deep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 4])
+def test_echo_devices_policy_part_reads_one_value_a_step(
+    smollm: LoadedModel, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """Issue #44: with ``echo_device`` the engine drives the fixed layout's loop
+    (echo_scheduler.device.driver.drive), and the policy's calls inside a step (begin, every
+    depth, the selection) read one value, the live count of the caps, whatever the batch and
+    the depth; the drafter's source reads its counts outside them. The shipped head and gate,
+    the elastic floor, real prompts."""
+    inside = HostSyncCounter()
+    steps: list[tuple[int, int]] = []  # (reads in the policy's calls, depths) per step
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        before = inside.total
+        run = driver.drive(*args, **kwargs, around=lambda: inside)
+        steps.append((inside.total - before, run.depths))
+        return run
+
+    monkeypatch.setattr(speculate, "drive", counted)
+    policy = make_policy("echo_device", gate=gate_for("echo_device", DEFAULT_GATE, 8))
+    assert isinstance(policy, DeviceEchoPolicy)
+    maps = policy.gate.acceptance_maps
+    assert maps is not None
+    policy._best_first(maps, torch.device("cpu"))  # read once per set of maps, not per step
+    engine = Engine(
+        smollm.model,
+        smollm.tokenizer,
+        policy,
+        eagle_drafter_for(smollm.model),
+        EngineConfig(budget=24, max_batch=batch, kv_slots=8192, elastic=True),
+    )
+    params = SamplingParams(temperature=0.0, max_tokens=24)
+    for p in humaneval(2)[:batch] + mtbench(2)[: max(batch - 2, 0)]:
+        engine.submit(GenerationRequest(p.prompt_id, prompt=p.text, chat=p.chat, params=params))
+    reasons = {e.finish_reason for e in engine.run() if e.finish_reason is not None}
+    assert FinishReason.ERROR not in reasons
+    assert len(steps) >= 8
+    assert max(reads for reads, _ in steps) <= 1, (steps, dict(inside.sites))
+    assert max(depths for _, depths in steps) >= 2, steps  # it drafted past depth 1

@@ -1,4 +1,5 @@
-"""Seeded synthetic inputs for the plugin's tests: EAGLE drafts, super-trees, target outputs.
+"""Seeded synthetic inputs for the plugin's tests and benchmarks: EAGLE drafts, super-trees,
+target outputs.
 
 :func:`eagle_draft` reproduces what SGLang's EAGLE draft loop hands to ``organize_draft_results``
 (``select_top_k_tokens`` in ``sglang/srt/speculative/spec_utils.py``) for random draft
