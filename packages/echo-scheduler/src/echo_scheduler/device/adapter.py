@@ -20,15 +20,13 @@ decisions are made; the tests pin them to the same plans and selections. Two way
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from torch import Tensor
 
 from echo_core.tree import TreeBatch
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices
+from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices, StepScalars
 from echo_scheduler.device.layout import DepthSlab, Frontier
 from echo_scheduler.device.packed import frontier_nodes, new_depth_slab, packed_keep
 from echo_scheduler.errors import PolicyError
@@ -50,6 +48,7 @@ class DeviceEchoPolicy(EchoPolicy):
         self._drafted: TreeBatch | None = None  # the last pool this step drafted
         self._expanded_t: Tensor | None = None  # expansions of a fixed-driven step (device)
         self._caps_cache: tuple[tuple[str, tuple[int, ...]], Tensor] | None = None
+        self._scalars: StepScalars | None = None  # the steps' price buffers, refilled per step
 
     def _start(self, batch: StepBatch) -> None:
         super()._start(batch)
@@ -68,9 +67,8 @@ class DeviceEchoPolicy(EchoPolicy):
         self._expanded_t = None
         width = 0 if batch.budget == 0 or batch.batch_size == 0 else self._root_width(batch)
         if width:
-            prices = self._prices()
             caps = self._device_caps(batch.max_nodes, device or batch.max_nodes.device)
-            self.fixed = FixedEchoStep(self.config, self._step_gate, replace(prices, caps=caps))
+            self.fixed = self._new_step(caps)
         return width
 
     def _device_caps(self, caps: Tensor, device: torch.device) -> Tensor:
@@ -122,11 +120,22 @@ class DeviceEchoPolicy(EchoPolicy):
                 self.depth = int(self.fixed.drafted_depths)
         super().observe(outcome)
 
-    def _prices(self) -> StepPrices:
+    def _new_step(self, caps: Tensor) -> FixedEchoStep:
+        """This step's :class:`FixedEchoStep` over ``caps`` (on the step's device). Its price
+        buffers are the policy's own, refilled each step (fresh ones only on a new device), as
+        one captured graph would hold them."""
+        prices = self._prices(caps)
+        if self._scalars is None or self._scalars.budget.device != caps.device:
+            self._scalars = StepScalars.of(prices, caps.device)
+        else:
+            self._scalars.load(prices)
+        return FixedEchoStep(self.config, self._step_gate, prices, self._scalars)
+
+    def _prices(self, caps: Tensor) -> StepPrices:
         batch = self.batch
         return StepPrices(
             budget=batch.budget,
-            caps=batch.max_nodes,
+            caps=caps,
             min_utility=batch.min_utility,
             node_price=batch.node_price or 0.0,
             depth_price=self._depth_price(),
@@ -137,7 +146,7 @@ class DeviceEchoPolicy(EchoPolicy):
     def _next_plan(self, pool: TreeBatch) -> DraftPlan:
         d = self.depth
         if d == 1:
-            self.fixed = FixedEchoStep(self.config, self._step_gate, self._prices())
+            self.fixed = self._new_step(self.batch.max_nodes)
         fixed = self.fixed
         if fixed is None or fixed.depth != d - 1 or (self._drafted is None and d > 1):
             raise PolicyError(f"{self.name}: depth {d} of a step whose depth 1 it did not see")
