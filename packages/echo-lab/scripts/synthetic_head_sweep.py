@@ -72,16 +72,38 @@ def variants() -> dict[str, SyntheticWorkload]:
     }
 
 
+def auc_variants(aucs: list[float]) -> dict[str, SyntheticWorkload]:
+    """The shipped head's acceptance with one separation per AUC in ``aucs`` (every depth the
+    same AUC), by trace name: how much separation ECHO's allocation needs."""
+    ours = SyntheticWorkload.from_reference(dict(GatePolicy.load(DEFAULT_GATE).reference))
+    out = {}
+    for a in aucs:
+        sep = SyntheticWorkload.separation_for_auc(
+            torch.tensor([a], dtype=torch.float64), ours.noise
+        )
+        out[f"ours-auc{a:.2f}"] = _separation(ours, (float(sep[0]),))
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="directory for the traces")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--seed", type=int, default=11)
+    p.add_argument(
+        "--aucs",
+        type=float,
+        nargs="+",
+        default=None,
+        help="instead of the 2 x 3 design: the head's acceptance at each of these separations "
+        "(one AUC for every depth)",
+    )
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     config = PolicyConfig()
-    for name, w in variants().items():
+    design = variants() if args.aucs is None else auc_variants(args.aucs)
+    for name, w in design.items():
         steps = w.sample(args.batch, args.steps, torch.Generator().manual_seed(args.seed))
         path = args.out / f"trace-{name}.json.gz"
         save_trace([record(s, config) for s in steps], path)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from echo_gating.policy import DepthStats
+from echo_gating.separation import auc, auc_standard_error
 from echo_scheduler.errors import TraceError
 from echo_scheduler.workloads import UNCOVERED, SyntheticWorkload
 
@@ -37,3 +38,15 @@ def test_from_reference_inverts_the_documented_formulas() -> None:
     assert w.separation[0] > w.separation[1] > w.separation[2] == 0.0
     with pytest.raises(TraceError, match=r"depths 1\.\.D"):
         SyntheticWorkload.from_reference({2: DepthStats(10, 5, 0.7)})
+
+
+@pytest.mark.parametrize("target", [0.75, 0.85, 0.95])
+def test_separation_for_auc_gives_that_auc_between_hits_and_misses(target: float) -> None:
+    w = SyntheticWorkload(noise=1.5)
+    sep = SyntheticWorkload.separation_for_auc(torch.full((w.depth,), target), w.noise)
+    w = SyntheticWorkload(separation=tuple(sep.tolist()), noise=w.noise)
+    step = w.sample(4000, 1, torch.Generator().manual_seed(2))[0]
+    hit = step.target_rank[:, 0] == 0
+    got = auc(step.onpath_top[:, 0], hit)
+    se = auc_standard_error(got, int(hit.sum()), int((~hit).sum()))
+    assert abs(got - target) < 4 * se  # the two-normals formula, within sampling error

@@ -94,6 +94,14 @@ class SyntheticWorkload:
         return math.log(9.0) * torch.tensor(self.separation, dtype=torch.float64)
 
     @staticmethod
+    def separation_for_auc(auc: Tensor, noise: float) -> Tensor:
+        """``separation_d = Phi^-1(AUC_d) sqrt(2) s / (2 logit 0.9)`` (the AUC of two normals
+        ``N(+-mu, s^2)`` is ``Phi(2 mu / (s sqrt 2))``); AUC clamped to [0.5, 0.999]: [D]."""
+        scale = math.sqrt(2) * noise / 2 / math.log(9)
+        out: Tensor = torch.special.ndtri(auc.to(torch.float64).clamp(0.5, 0.999)) * scale
+        return out
+
+    @staticmethod
     def llama() -> SyntheticWorkload:
         """Well aligned, separable to about depth 8 (the paper's LLaMA profiles)."""
         return SyntheticWorkload()
@@ -113,8 +121,8 @@ class SyntheticWorkload:
         """Fit per-depth parameters to calibration statistics (depths 1..D, all present).
 
         ``alpha_d = rate_d / rate_{d-1}`` from ``rate_d = accepted_d / count_d`` (the share of
-        requests accepting a depth-d token), and ``separation_d = Phi^-1(AUC_d) sqrt(2) s / (2
-        logit 0.9)`` (the AUC of two normals ``N(+-mu, s^2)`` is ``Phi(2 mu / (s sqrt 2))``).
+        requests accepting a depth-d token), and ``separation_d`` from ``AUC_d`` by
+        :meth:`separation_for_auc`.
         """
         depths = sorted(reference)
         if not depths or depths != list(range(1, len(depths) + 1)):
@@ -123,9 +131,9 @@ class SyntheticWorkload:
         prev = [1.0, *rates[:-1]]
         alpha = [min(max(r / p, 0.01), 0.99) for r, p in zip(rates, prev, strict=True)]
         aucs = [0.5 if reference[d].auc is None else reference[d].auc for d in depths]
-        auc = torch.tensor(aucs, dtype=torch.float64).clamp(0.5, 0.999)
-        scale = math.sqrt(2) * noise / 2 / math.log(9)
-        sep = (torch.special.ndtri(auc) * scale).tolist()
+        sep = SyntheticWorkload.separation_for_auc(
+            torch.tensor(aucs, dtype=torch.float64), noise
+        ).tolist()
         return SyntheticWorkload(continue_prob=tuple(alpha), separation=tuple(sep), noise=noise)
 
     def sample(

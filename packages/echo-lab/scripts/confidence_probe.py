@@ -1,0 +1,289 @@
+"""How much separation a learned confidence adds over the head's own probabilities (issue #45).
+
+ECHO allocates by calibrated confidence, so it gains what that confidence tells apart
+(docs/MECHANISM.md, "What a head needs"). This probe asks, on the self-distilled data, whether
+a small predictor reading what the drafter already has at draft time separates accepted from
+rejected drafts better than the head's top-1 probability does. It is a measurement, not a
+shipped component.
+
+Rows: every held-out generated position t and depth k = 1..``--depths`` of the head unrolled as
+in training (:mod:`echo_server.drafting.unroll`); the depth-k draft is the head's argmax
+reading its own depth k-1 prediction and the true path (teacher forcing, as the tree's top-1
+chain is when every ancestor was accepted). Labels:
+
+- ``ok_k``  = draft_k == the target's greedy token;
+- conditional: ``ok_k`` on the rows where depths 1..k-1 all agreed (what a gate at depth k
+  decides on);
+- path: ``ok_1 and ... and ok_k`` on every row (what the ranking key compares across requests).
+
+Scores, each evaluated on the held-out split only:
+
+- ``head q1``: the head's top-1 probability ``q_(1)`` at depth k (conditional) and the path
+  product ``prod_{j<=k} q_(1),j`` (path), what ECHO's key is calibrated from today;
+- ``scalars``: logistic regression per depth on ``[log q_(1), log q_(2), q_(1) - q_(2), H(q),
+  log p_(1), H(p)]``, with ``p`` the target's own next-token distribution at the root (free:
+  the target just computed it), ``H`` the entropy in nats;
+- ``mlp``: a 2-layer MLP (``--hidden`` units) on the head's predicted feature ``f^k_t`` plus
+  those scalars and a one-hot depth, trained with binary cross-entropy on the conditional label.
+
+The path score of a learned predictor is the product of its conditional probabilities, the
+same product form the key uses. Predictors train on ``--train-seqs`` greedy sequences of the
+training split (sequences no held-out prompt enters) and are scored by AUC
+(:func:`echo_gating.separation.auc`, with its Hanley-McNeil standard error) and Brier score.
+
+    .venv/bin/python packages/echo-lab/scripts/confidence_probe.py \\
+        --work-dir ~/.cache/echo-sd/train-mix --head \\
+        packages/echo-server/src/echo_server/assets/smollm2-135m-eagle.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from echo_gating.separation import auc, auc_standard_error
+from echo_lab.training.dataset import batches, load_sequences, make_batch, split
+from echo_lab.training.selfdistill import DistilledSequence, is_sampled
+from echo_server.drafting.eagle_checkpoint import load_head
+from echo_server.drafting.eagle_head import EagleHead
+from echo_server.drafting.unroll import pass_mask, unrolled_features
+from echo_server.model.loader import load_model
+
+SCALARS = ("log q1", "log q2", "q1 - q2", "H(q)", "log p1", "H(p)")
+
+
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """One row per (generated position, depth): features and labels."""
+
+    feature: Tensor  # [N, H] the head's predicted feature f^k_t
+    scalars: Tensor  # [N, S] SCALARS
+    depth: Tensor  # [N] int64, 1..K
+    ok: Tensor  # [N] bool, draft_k == target token
+    reached: Tensor  # [N] bool, depths 1..k-1 all agreed
+    position: Tensor  # [N] int64, a row id shared by the depths of one (sequence, t)
+
+
+def _entropy(logits: Tensor) -> Tensor:
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+@torch.no_grad()
+def collect(head: EagleHead, seqs: list[DistilledSequence], depths: int) -> Rows:
+    """Unroll ``head`` over ``seqs`` and gather every row whose depths 1..K have labels."""
+    parts: dict[str, list[Tensor]] = {k: [] for k in Rows.__slots__}
+    base = 0
+    with_aux = bool(head.config.aux_layers)
+    for group in batches(seqs, 4096):
+        batch = make_batch(group, with_aux)
+        preds = unrolled_features(head, batch.features, batch.tokens, depths, batch.aux)
+        t = batch.features.shape[1]
+        mask = pass_mask(batch.answer_from, batch.lengths, t, depths)
+        mask &= pass_mask(batch.answer_from, batch.lengths, t, 1)
+        n = int(mask.sum())
+        root_logits = head.logits(batch.features[mask])  # the target's p at the root
+        log_p1 = torch.log_softmax(root_logits, -1).max(-1).values
+        h_p = _entropy(root_logits)
+        chain = torch.ones(n, dtype=torch.bool)
+        for k, pred in enumerate(preds, start=1):
+            feat = pred[mask]
+            logits = head.logits(feat)
+            logq = torch.log_softmax(logits.float(), dim=-1)
+            top = logq.topk(2, dim=-1)
+            draft = head.target_ids(top.indices[:, 0])
+            label = F.pad(batch.tokens[:, k + 1 :], (0, k))[:, :t][mask]
+            ok = draft == label
+            q1, q2 = top.values[:, 0].exp(), top.values[:, 1].exp()
+            sc = torch.stack(
+                [top.values[:, 0], top.values[:, 1], q1 - q2, _entropy(logits), log_p1, h_p], dim=-1
+            )
+            parts["feature"].append(feat.float())
+            parts["scalars"].append(sc)
+            parts["depth"].append(torch.full((n,), k, dtype=torch.int64))
+            parts["ok"].append(ok)
+            parts["reached"].append(chain.clone())
+            parts["position"].append(torch.arange(base, base + n))
+            chain &= ok
+        base += n
+    return Rows(**{k: torch.cat(v) for k, v in parts.items()})
+
+
+class ConfidenceMLP(nn.Module):
+    """``sigmoid(w2 . silu(W1 [f; s; onehot(k)] + b1) + b2)``: P(accepted | reached)."""
+
+    def __init__(self, hidden_size: int, scalars: int, depths: int, width: int) -> None:
+        super().__init__()
+        self.depths = depths
+        self.net = nn.Sequential(
+            nn.Linear(hidden_size + scalars + depths, width), nn.SiLU(), nn.Linear(width, 1)
+        )
+
+    def forward(self, feature: Tensor, scalars: Tensor, depth: Tensor) -> Tensor:
+        onehot = F.one_hot(depth - 1, self.depths).float()
+        out: Tensor = self.net(torch.cat([feature, scalars, onehot], dim=-1)).squeeze(-1)
+        return out
+
+
+def _standardize(train: Tensor, *others: Tensor) -> list[Tensor]:
+    mu, sd = train.mean(0), train.std(0).clamp_min(1e-6)
+    return [(x - mu) / sd for x in (train, *others)]
+
+
+def fit(model: nn.Module, inputs: list[Tensor], label: Tensor, epochs: int, seed: int) -> None:
+    """Adam + binary cross-entropy on logits, minibatches of 1,024, ``epochs`` passes."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-2)
+    n = label.numel()
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=gen)
+        for start in range(0, n, 1024):
+            idx = order[start : start + 1024]
+            loss = F.binary_cross_entropy_with_logits(
+                model(*(x[idx] for x in inputs)), label[idx].float()
+            )
+            opt.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch stub lacks annotations
+            opt.step()
+
+
+def fit_lbfgs(model: nn.Module, inputs: list[Tensor], label: Tensor) -> None:
+    """Full-batch L-BFGS on the (convex) logistic loss, to convergence."""
+    opt = torch.optim.LBFGS(model.parameters(), max_iter=500, line_search_fn="strong_wolfe")
+    target = label.float()
+
+    def closure() -> Tensor:
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(model(*inputs), target)
+        loss.backward()  # type: ignore[no-untyped-call]  # torch stub lacks annotations
+        return loss
+
+    opt.step(closure)  # type: ignore[no-untyped-call]
+
+
+class PerDepthLogistic(nn.Module):
+    """Logistic regression on the scalars, one weight vector per depth."""
+
+    def __init__(self, scalars: int, depths: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(depths, scalars))
+        self.b = nn.Parameter(torch.zeros(depths))
+
+    def forward(self, scalars: Tensor, depth: Tensor) -> Tensor:
+        return (self.w[depth - 1] * scalars).sum(-1) + self.b[depth - 1]
+
+
+def path_scores(rows: Rows, cond_prob: Tensor, depths: int) -> Tensor:
+    """The product of conditional probabilities along each position's chain: [N]."""
+    n_pos = int(rows.position.max()) + 1
+    out = torch.empty_like(cond_prob)
+    running = torch.ones(n_pos)
+    for k in range(1, depths + 1):
+        sel = rows.depth == k
+        running = running.clone()
+        running[rows.position[sel]] *= cond_prob[sel]
+        out[sel] = running[rows.position[sel]]
+    return out
+
+
+def path_labels(rows: Rows) -> Tensor:
+    return rows.ok & rows.reached
+
+
+def _cell(score: Tensor, label: Tensor) -> str:
+    a = auc(score, label)
+    se = auc_standard_error(a, int(label.sum()), int((~label).sum()))
+    brier = float(((score.clamp(0, 1) - label.float()) ** 2).mean())
+    return f"{a:.3f} +-{1.96 * se:.3f} (Brier {brier:.3f})"
+
+
+def report(name: str, rows: Rows, cond: Tensor, depths: int) -> list[str]:
+    """Conditional and path AUC per depth of one score (``cond``: P(ok | reached), [N])."""
+    path = path_scores(rows, cond, depths)
+    lines = []
+    for k in range(1, depths + 1):
+        at = rows.depth == k
+        r = at & rows.reached
+        conditional = _cell(cond[r], rows.ok[r])
+        lines.append(f"| {name} | {k} | {conditional} | {_cell(path[at], path_labels(rows)[at])} |")
+    return lines
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--work-dir", type=Path, required=True, help="train-draft's --work-dir")
+    p.add_argument("--head", type=Path, required=True)
+    p.add_argument("--depths", type=int, default=4)
+    p.add_argument("--train-seqs", type=int, default=600)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--bench",
+        nargs="*",
+        default=["humaneval", "mtbench"],
+        help="also score the target's greedy answers in <work-dir>/bench-<name> (written by "
+        "heldout_agreement.py --bench)",
+    )
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    train_all, heldout = split(load_sequences(args.work_dir / "data"))
+    greedy = [s for s in train_all if not is_sampled(s.prompt_id)]
+    step = max(len(greedy) // args.train_seqs, 1)
+    train = greedy[::step][: args.train_seqs]
+    weights = load_model(None).model.weights
+    head = load_head(args.head, weights.embed, weights.lm_head)
+    head.eval()
+    tr, te = collect(head, train, args.depths), collect(head, heldout, args.depths)
+    print(
+        f"train: {len(train)} sequences, {int((tr.depth == 1).sum())} positions; "
+        f"held-out: {len(heldout)} sequences, {int((te.depth == 1).sum())} positions"
+    )
+    for k in range(1, args.depths + 1):
+        at = te.depth == k
+        print(
+            f"held-out depth {k}: top-1 {float(te.ok[at].float().mean()):.3f}, "
+            f"reached {float(te.reached[at].float().mean()):.3f}, "
+            f"P(ok | reached) {float(te.ok[at & te.reached].float().mean()):.3f}"
+        )
+
+    sets = {"held-out": te}
+    for name in args.bench:
+        bench_dir = args.work_dir / f"bench-{name}"
+        if bench_dir.is_dir():
+            sets[name] = collect(head, load_sequences(bench_dir), args.depths)
+
+    r = tr.reached
+    logistic = PerDepthLogistic(len(SCALARS), args.depths)
+    fit_lbfgs(logistic, [_standardize(tr.scalars, tr.scalars)[0][r], tr.depth[r]], tr.ok[r])
+    mlp = ConfidenceMLP(tr.feature.shape[1], len(SCALARS), args.depths, args.hidden)
+    f_tr, s_tr = _standardize(tr.feature)[0], _standardize(tr.scalars)[0]
+    fit(mlp, [f_tr[r], s_tr[r], tr.depth[r]], tr.ok[r], args.epochs, args.seed)
+    for name, rows in sets.items():
+        s_x = _standardize(tr.scalars, rows.scalars)[1]
+        f_x = _standardize(tr.feature, rows.feature)[1]
+        lines = [
+            f"\n{name}: {int((rows.depth == 1).sum())} positions",
+            "| score | depth | conditional AUC (95%) | path AUC (95%) |",
+            "|---|---:|---|---|",
+        ]
+        lines += report("head q1", rows, rows.scalars[:, 0].exp(), args.depths)
+        with torch.no_grad():
+            lines += report("scalars", rows, torch.sigmoid(logistic(s_x, rows.depth)), args.depths)
+            lines += report("mlp", rows, torch.sigmoid(mlp(f_x, s_x, rows.depth)), args.depths)
+        print("\n".join(lines))
+    w = logistic.w.detach()
+    print("\nlogistic weights per depth (standardized scalars: " + ", ".join(SCALARS) + ")")
+    for k in range(args.depths):
+        print(f"  depth {k + 1}: " + " ".join(f"{float(x):+.2f}" for x in w[k]))
+
+
+if __name__ == "__main__":
+    main()
