@@ -4,6 +4,7 @@ floor fed by the measured H200 step model (the replay's ECHO arm)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,9 +12,10 @@ import torch
 
 from echo_lab.replay.arms import DEVICE_ARM, default_arms, optional_arms
 from echo_lab.replay.costs import load_profiled
-from echo_lab.replay.fixedstep import StepGraphs, capture_steps
+from echo_lab.replay.fixedstep import StepGraphs, capture_steps, run_step
 from echo_lab.replay.run import calibrate_rows, compose_steps, drive_arm, split_warmup
 from echo_lab.sim.rows import load_rows
+from echo_scheduler.cost import ProfileCost
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
@@ -56,3 +58,29 @@ def test_one_step_graph_per_shape_serves_every_recorded_step() -> None:
             served.add((entry.scalars.min_utility.data_ptr(), step.prices.min_utility))
         assert graphs.captures == len({s.depths for s in steps}) < len(steps)
         assert len(served) > graphs.captures  # an entry served steps of different floors
+
+
+def test_a_step_graph_serves_steps_after_the_cost_model_changes() -> None:
+    """The graph reads the row price's latency model from its scalars' table, so the steps of a
+    cell re-priced by another latency model (a cost-model update: new points, same shapes) are
+    served by the entries captured under the first one, and each selects what a fresh step
+    under the new model selects; the new model changes some selections."""
+    cost = load_profiled(TRACES / "cost-gpu-h200-llama8b.json", "gpu")
+    steep = ProfileCost((1.0, 64.0, 512.0, 4096.0), (0.010, 0.016, 0.060, 0.400))
+    steps = capture_steps(TRACES / "trace-humaneval.json.gz", 64, 12, cost)
+    graphs = StepGraphs()
+    for step in steps:
+        graphs.prepare(step)
+    captured = graphs.captures
+    changed = 0
+    for step in steps:
+        price = step.prices.row_price
+        assert price is not None
+        repriced = replace(
+            step, prices=replace(step.prices, row_price=replace(price, latency=steep))
+        )
+        fresh = run_step(repriced)
+        assert torch.equal(graphs.run(repriced), fresh)
+        changed += not torch.equal(fresh, step.keep)
+    assert graphs.captures == captured
+    assert changed > 0

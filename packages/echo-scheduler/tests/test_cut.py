@@ -11,7 +11,8 @@ import torch
 
 from echo_core.testing import HostSyncCounter
 from echo_scheduler.cost import ProfileCost, VerifyCostModel
-from echo_scheduler.cut import best_rows, exact_cut
+from echo_scheduler.cut import RowBuffers, best_rows, exact_cut
+from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import RowPrice
 
 Cut = Callable[..., torch.Tensor]
@@ -106,3 +107,24 @@ def test_nothing_kept_stays_nothing(cut: Cut) -> None:
     keep = torch.zeros(3, dtype=torch.bool)
     got = cut(torch.tensor([0.5, 0.4, 0.9]), keep, 2, RowPrice(1.0, cost))
     assert got.tolist() == [False] * 3
+
+
+def test_buffers_cut_as_the_price_does_and_a_short_table_is_named() -> None:
+    """A captured step's buffers (rate, scale, the latency table) give the price's own cut,
+    bit for bit; a table that does not reach ``B + N`` rows is an error, not a wrong read."""
+    g = torch.Generator().manual_seed(1)
+    hinge = VerifyCostModel(0.010, 0.0001, 0.002, 12.0)
+    for _ in range(20):
+        key = torch.rand(10, generator=g)
+        keep = torch.rand(10, generator=g) < 0.8
+        price = RowPrice(float(torch.rand(1, generator=g)) * 400, hinge, 0.7)
+        buffers = RowBuffers(
+            torch.tensor(price.rate, dtype=torch.float64),
+            torch.tensor(price.scale, dtype=torch.float64),
+            price.latency_table(4 + 10, torch.device("cpu")),
+        )
+        want = exact_cut(key, keep, 4, price, gather=False)
+        assert torch.equal(exact_cut(key, keep, 4, price, False, buffers), want)
+    short = RowBuffers(buffers.rate, buffers.scale, price.latency_table(4 + 9, torch.device("cpu")))
+    with pytest.raises(PolicyError, match="latency table"):
+        exact_cut(key, keep, 4, price, False, short)

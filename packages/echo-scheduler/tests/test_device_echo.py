@@ -16,10 +16,11 @@ from echo_gating.policy import GatePolicy
 from echo_gating.signals import layer_confidence, sibling_margin
 from echo_gating.testing import stepped_gate
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.cost import ProfileCost
+from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices, StepScalars
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.driver import drive, drive_fixed_step
+from echo_scheduler.device.echo_step import layout_rows
 from echo_scheduler.device.layout import compact
 from echo_scheduler.device.layout import layer_confidence as slab_confidence
 from echo_scheduler.device.layout import sibling_margin as slab_margin
@@ -36,6 +37,8 @@ from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
 FAST = settings(max_examples=40, deadline=None)
 CONFIG = PolicyConfig(max_depth=6, max_width=4)
 PRICE = RowPrice(40.0, ProfileCost((1.0, 8.0, 64.0, 512.0), (0.010, 0.0104, 0.012, 0.040)))
+STEEP = ProfileCost((1.0, 16.0, 128.0), (0.010, 0.030, 0.5))
+HINGE = VerifyCostModel(0.010, 0.0, 0.002, 24.0)
 
 
 def _gated_maps(signal: str = "layer_confidence") -> GatePolicy:
@@ -203,7 +206,8 @@ def _run_fixed(
 
 
 def test_one_op_sequence_serves_every_price() -> None:
-    """The step's ops, with their shapes and constants, do not depend on any price: what a CUDA
+    """The step's ops, with their shapes and constants, do not depend on any price, nor on the
+    latency model that prices the rows (a profile with other points, a hinge): what a CUDA
     graph records for one step replays another of the same shapes once the scalars buffers are
     reloaded, and it selects what a step built for those prices selects."""
     _, batch_in, slabs = _slabs(16, 3)
@@ -215,9 +219,13 @@ def test_one_op_sequence_serves_every_price() -> None:
             (3, 0.0, 0.0, 0.0, PRICE),
             (500, 0.3, 0.05, 0.5, dataclasses.replace(PRICE, rate=5.0, scale=0.5)),
             (40, 0.0, 0.02, 0.01, dataclasses.replace(PRICE, rate=400.0)),
+            (500, 0.0, 0.0, 0.0, dataclasses.replace(PRICE, rate=200.0)),
+            (500, 0.0, 0.0, 0.0, dataclasses.replace(PRICE, rate=200.0, latency=STEEP)),
+            (500, 0.0, 0.0, 0.0, dataclasses.replace(PRICE, rate=200.0, latency=HINGE)),
         ]
     ]
-    shared = StepScalars.of(variants[0], caps.device)  # one set of buffers, as a graph holds
+    rows = layout_rows(CONFIG, int(caps.shape[0]))
+    shared = StepScalars.of(variants[0], caps.device, rows)  # one set, as a graph holds
     traces, selections = [], []
     for prices in variants:
         shared.load(prices)
@@ -230,6 +238,7 @@ def test_one_op_sequence_serves_every_price() -> None:
         selections.append(keep)
     assert all(ops == traces[0] for ops in traces[1:])
     assert len({tuple(k.reshape(-1).tolist()) for k in selections}) > 1  # the prices mattered
+    assert len({int(k.sum()) for k in selections[-3:]}) == 3  # and so did the latency models
 
 
 def test_compact_lists_the_first_true_columns_in_order() -> None:

@@ -25,11 +25,26 @@ the two best rows (the third earns 0.05 tokens for 1 ms, worth 0.1 at 100 tokens
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
+from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import RowPrice
 from echo_scheduler.ranking import first_in_order, key_order
+
+
+@dataclass(frozen=True, slots=True)
+class RowBuffers:
+    """A row price's numbers in device tensors (a captured step's buffers, refilled per step):
+    ``rate`` (lam) and ``scale`` 0-dim float64, ``latency`` [T_max + 1] float64 with
+    ``latency[T]`` the price's latency model at T (:meth:`RowPrice.latency_table`). A cut that
+    reads them runs the same ops whatever the rate, the scale or the model."""
+
+    rate: Tensor
+    scale: Tensor
+    latency: Tensor
 
 
 def exact_cut(
@@ -38,7 +53,7 @@ def exact_cut(
     batch: int,
     price: RowPrice,
     gather: bool | None = None,
-    rate_scale: tuple[Tensor, Tensor] | None = None,
+    buffers: RowBuffers | None = None,
 ) -> Tensor:
     """``keep`` ([N] bool, ancestor-closed) cut to its ``k*`` best rows by ``key`` ([N]).
 
@@ -46,9 +61,9 @@ def exact_cut(
     CPU) takes them out of ``key``, which reads ``n`` on the host: free on the CPU, a stall on a
     GPU. Otherwise they are all N keys with the others at ``-inf``, ``W(k)`` is evaluated for
     every ``k <= N`` and the ones past ``n`` are inadmissible: fixed shape, no host sync (issue
-    #44), the same cut. ``rate_scale``: ``price``'s ``lam`` and ``scale`` as 0-dim float64
-    tensors on ``key``'s device (a captured step's own buffers), in place of its floats; the
-    same float64 operations."""
+    #44), the same cut. ``buffers``: ``price``'s numbers in a captured step's own device buffers
+    (:class:`RowBuffers`), read in place of its floats and its latency model; the same float64
+    operations and values."""
     if key.numel() == 0:
         return keep
     dev = key.device
@@ -64,8 +79,15 @@ def exact_cut(
     k = torch.arange(c + 1, device=dev)
     zero = torch.zeros(1, dtype=torch.float64, device=dev)
     gain = torch.cat([zero, torch.where(k[1:] <= n, vals, 0.0).cumsum(0)])  # G(k), k = 0..c
-    rate, scale = (price.rate, None) if rate_scale is None else rate_scale
-    worth = gain - rate * price.seconds(batch + k, scale)
+    if buffers is None:
+        worth = gain - price.rate * price.seconds(batch + k)
+    else:
+        if batch + c >= buffers.latency.numel():
+            raise PolicyError(
+                f"the latency table covers T <= {buffers.latency.numel() - 1}, the cut needs "
+                f"T <= {batch + c}"
+            )
+        worth = gain - buffers.rate * price.seconds(batch + k, buffers.scale, buffers.latency)
     step_down = torch.ones(c + 1, dtype=torch.bool, device=dev)
     step_down[1:c] = vals[:-1] > vals[1:]  # a cut between two equal keys is not ancestor-safe
     admissible = step_down & (k <= n)

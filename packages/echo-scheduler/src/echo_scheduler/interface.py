@@ -58,10 +58,21 @@ class RowPrice:
                 f"row price needs rate >= 0 and scale > 0, got {self.rate}, {self.scale}"
             )
 
-    def seconds(self, rows: Tensor, scale: Tensor | None = None) -> Tensor:
-        """``scale * latency(T)`` for every T in ``rows``: float64, same shape. ``scale``: the
-        scale as a 0-dim float64 tensor (a captured step's buffer) in place of the float."""
-        return (self.scale if scale is None else scale) * self.latency.latency(rows)
+    def seconds(
+        self, rows: Tensor, scale: Tensor | None = None, table: Tensor | None = None
+    ) -> Tensor:
+        """``scale * latency(T)`` for every T in ``rows``: float64, same shape. A captured
+        step's buffers stand in for the model: ``scale`` a 0-dim float64 tensor in place of the
+        float, ``table`` a float64 tensor with ``table[T] = latency(T)`` (the same values, looked
+        up: :meth:`latency_table`) in place of evaluating the model."""
+        latency = self.latency.latency(rows) if table is None else table[rows]
+        return (self.scale if scale is None else scale) * latency
+
+    def latency_table(self, rows: int, device: torch.device) -> Tensor:
+        """``latency(T)`` for T = 0..``rows``: [rows + 1] float64 on ``device``, computed there
+        by the model's own tensor ops (elementwise, so each entry equals ``latency(T)``)."""
+        t = torch.arange(rows + 1, dtype=torch.float64, device=device)
+        return self.latency.latency(t)
 
     def seconds_at(self, rows: float) -> float:
         """:meth:`seconds` at one T, in plain Python (the latency model's ``latency_at``)."""

@@ -8,9 +8,10 @@ and keeps, per drafted step, the slabs the fixed step saw, the host's prices and
 step with no host sync, what a drafter that drafts the fixed layout would run.
 :func:`time_eager` times it (the device synchronized at the end, median of ``reps``).
 :class:`StepGraphs` serves steps from CUDA graphs, one per step shape (B, the slabs' shapes, the
-mode, the gate and the row price's latency model): a step of a shape already captured is
+mode, the gate and whether a row price applies): a step of a shape already captured is
 copied into that graph's input buffers (slabs, caps, the :class:`~echo_scheduler.device.
-StepScalars` holding its prices) and replayed, so one graph serves every step of its shape.
+StepScalars` holding its prices and its latency model's table) and replayed, so one graph
+serves every step of its shape, across cost-model updates too.
 On the CPU the same buffers are re-run eagerly (the reload logic, without a graph).
 """
 
@@ -33,6 +34,7 @@ from echo_lab.sim.rows import load_rows
 from echo_scheduler.config import PolicyConfig
 from echo_scheduler.device import DepthSlab, FixedEchoStep, StepPrices, StepScalars
 from echo_scheduler.device.adapter import DeviceEchoPolicy
+from echo_scheduler.device.echo_step import layout_rows
 from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.policies import make_policy
 
@@ -117,13 +119,13 @@ def time_eager(step: CapturedStep, reps: int = 5) -> float:
 
 def shape_key(step: CapturedStep) -> tuple[object, ...]:
     """What one graph of the step bakes in (module docstring): equal keys, one graph. The gate
-    and the latency model enter by identity; the graph's entry keeps both alive (in its
-    captured step), so an id is never reused while its graph exists."""
-    price = step.prices.row_price
+    enters by identity; the graph's entry keeps it alive (in its captured step), so an id is
+    never reused while its graph exists. The latency model does not enter: the graph reads it
+    from the scalars' table, which :meth:`~echo_scheduler.device.StepScalars.load` refills."""
     return (
         tuple(tuple(s.path.shape) for s in step.slabs),
         step.prices.explore_rows,
-        None if price is None else id(price.latency),
+        step.prices.row_price is None,
         id(step.gate),
         step.config,
     )
@@ -196,7 +198,9 @@ class StepGraphs:
         )
         prices = replace(step.prices, caps=step.prices.caps.clone())
         static = replace(step, prices=prices, slabs=slabs)
-        scalars = StepScalars.of(prices, device)
+        scalars = StepScalars.of(
+            prices, device, layout_rows(step.config, int(prices.caps.shape[0]))
+        )
         if device.type != "cuda":
             return _Graphed(static, scalars, None, run_step(static, scalars))
         stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]

@@ -26,7 +26,7 @@ from torch import Tensor
 from echo_core.tree import TreeBatch
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices, StepScalars
+from echo_scheduler.device.echo_step import FixedEchoStep, StepPrices, StepScalars, layout_rows
 from echo_scheduler.device.layout import DepthSlab, Frontier
 from echo_scheduler.device.packed import frontier_nodes, new_depth_slab, packed_keep
 from echo_scheduler.errors import PolicyError
@@ -122,14 +122,17 @@ class DeviceEchoPolicy(EchoPolicy):
 
     def _new_step(self, caps: Tensor) -> FixedEchoStep:
         """This step's :class:`FixedEchoStep` over ``caps`` (on the step's device). Its price
-        buffers are the policy's own, refilled each step (fresh ones only on a new device), as
-        one captured graph would hold them."""
+        buffers are the policy's own, refilled each step (fresh ones only on a new device, or
+        for a batch larger than their latency table covers), as one captured graph would hold
+        them."""
         prices = self._prices(caps)
-        if self._scalars is None or self._scalars.budget.device != caps.device:
-            self._scalars = StepScalars.of(prices, caps.device)
+        rows = layout_rows(self.config, int(caps.shape[0]))
+        held = self._scalars
+        if held is None or held.budget.device != caps.device or held.latency.numel() <= rows:
+            held = self._scalars = StepScalars.of(prices, caps.device, rows)
         else:
-            self._scalars.load(prices)
-        return FixedEchoStep(self.config, self._step_gate, prices, self._scalars)
+            held.load(prices)
+        return FixedEchoStep(self.config, self._step_gate, prices, held)
 
     def _prices(self, caps: Tensor) -> StepPrices:
         batch = self.batch

@@ -47,7 +47,8 @@ from torch import Tensor
 
 from echo_gating.policy import GatePolicy
 from echo_scheduler.config import PolicyConfig
-from echo_scheduler.cut import best_rows, exact_cut
+from echo_scheduler.cost import LatencyModel
+from echo_scheduler.cut import RowBuffers, best_rows, exact_cut
 from echo_scheduler.device.layout import (
     DepthSlab,
     Frontier,
@@ -84,12 +85,22 @@ class StepPrices:
             )
 
 
-@dataclass(frozen=True, slots=True)
+def layout_rows(config: PolicyConfig, batch_size: int) -> int:
+    """Verify rows of a step whose fixed layout is full to ``Dmax``: ``T_max = B + B (W +
+    (Dmax - 1) k0 W)`` (roots, then every slot of echo_scheduler.device.layout), the most the
+    exact cut can price."""
+    w = config.draft_width
+    return batch_size * (1 + w + (config.max_depth - 1) * config.topk * w)
+
+
+@dataclass(slots=True)
 class StepScalars:
-    """A step's numbers from :class:`StepPrices` as 0-dim tensors on the step's device: what
-    the fixed step reads, so that no price is baked into its op sequence. A CUDA graph of the
-    step captures these buffers; :meth:`load` refills them for the next step (device-side
-    fills, no host sync) and one graph serves every step of the same shapes and mode."""
+    """A step's numbers from :class:`StepPrices` in tensors on the step's device: what the
+    fixed step reads, so that no price is baked into its op sequence. A CUDA graph of the step
+    captures these buffers; :meth:`load` refills them for the next step (device-side fills, no
+    host sync) and one graph serves every step of the same shapes and mode, whatever its prices
+    and whatever latency model prices its rows (the model's values at every row count sit in
+    ``latency``, recomputed on the device when the model changes)."""
 
     budget: Tensor  # int64, K
     min_utility: Tensor  # float32, u_min (compared with float32 keys, as a float would be)
@@ -99,21 +110,30 @@ class StepScalars:
     depth_price: Tensor  # float64 (the depth's gain is summed in float64)
     rate: Tensor  # float64, the row price's lam (0 without a row price)
     scale: Tensor  # float64, the row price's scale (1 without a row price)
+    latency: Tensor  # [T_max + 1] float64, the row price's latency model at T = 0..T_max
+    latency_model: LatencyModel | None = None  # the model ``latency`` holds (None: not filled)
 
     @classmethod
-    def of(cls, prices: StepPrices, device: torch.device) -> StepScalars:
-        """Fresh buffers on ``device`` holding ``prices``' numbers."""
+    def of(cls, prices: StepPrices, device: torch.device, rows: int) -> StepScalars:
+        """Fresh buffers on ``device`` holding ``prices``' numbers; the latency table covers
+        T = 0..``rows`` (:func:`layout_rows`)."""
 
         def make(dtype: torch.dtype) -> Tensor:
             return torch.zeros((), dtype=dtype, device=device)
 
         f32, f64, flag = torch.float32, torch.float64, torch.bool
+        table = torch.zeros(rows + 1, dtype=f64, device=device)
         out = cls(
             make(torch.int64), make(f32), make(flag), make(f32), make(flag), make(f64),
-            make(f64), make(f64),
+            make(f64), make(f64), table,
         )  # fmt: skip
         out.load(prices)
         return out
+
+    @property
+    def row(self) -> RowBuffers:
+        """The row price's buffers, as the exact cut reads them."""
+        return RowBuffers(self.rate, self.scale, self.latency)
 
     def load(self, prices: StepPrices) -> None:
         """Write ``prices``' numbers into these buffers, in place."""
@@ -126,6 +146,10 @@ class StepScalars:
         self.depth_price.fill_(prices.depth_price)
         self.rate.fill_(0.0 if row is None else row.rate)
         self.scale.fill_(1.0 if row is None else row.scale)
+        if row is not None and row.latency is not self.latency_model:
+            rows = self.latency.numel() - 1
+            self.latency.copy_(row.latency_table(rows, self.latency.device))
+            self.latency_model = row.latency
 
 
 class FixedEchoStep:
@@ -141,14 +165,16 @@ class FixedEchoStep:
         """``scalars``: buffers already holding ``prices``' numbers (a captured graph's own);
         by default fresh ones. The step's ops read the numbers only through them: which ops
         run, and with which constants, depends on the shapes, the gate, the mode
-        (``explore_rows``) and the row price's latency model (its points), never on a price's
-        value. ``prices`` itself then only says which of those apply."""
+        (``explore_rows``) and whether there is a row price, never on a price's value or on the
+        row price's latency model. ``prices`` itself then only says which of those apply."""
         self.config, self.gate, self.prices = config, gate, prices
         self.width = config.draft_width
         caps = prices.caps
         self.batch_size = int(caps.shape[0])
         self.device = caps.device
-        self.scalars = scalars if scalars is not None else StepScalars.of(prices, caps.device)
+        if scalars is None:
+            scalars = StepScalars.of(prices, caps.device, layout_rows(config, self.batch_size))
+        self.scalars = scalars
         self.truncated_at = torch.where(caps > 0, config.max_depth, 0)
         self.drafted_depths = torch.zeros((), dtype=torch.int64, device=self.device)
         self.keys: list[Tensor] = []  # u' per depth, [B, n_d] float32
@@ -313,8 +339,7 @@ class FixedEchoStep:
                 score = torch.cat([s.score for s in self.slabs], dim=1).reshape(-1)
                 keep = best_rows(flat_key, keep, p.explore_rows, score)
             else:
-                rate_scale = (self.scalars.rate, self.scalars.scale)
-                keep = exact_cut(flat_key, keep, b, p.row_price, False, rate_scale)
+                keep = exact_cut(flat_key, keep, b, p.row_price, False, self.scalars.row)
         return keep.view(b, -1)
 
 
