@@ -23,8 +23,9 @@ Scores, each evaluated on the held-out split only:
 - ``scalars``: logistic regression per depth on ``[log q_(1), log q_(2), q_(1) - q_(2), H(q),
   log p_(1), H(p)]``, with ``p`` the target's own next-token distribution at the root (free:
   the target just computed it), ``H`` the entropy in nats;
-- ``mlp``: a 2-layer MLP (``--hidden`` units) on the head's predicted feature ``f^k_t`` plus
-  those scalars and a one-hot depth, trained with binary cross-entropy on the conditional label.
+- ``mlp``: that regression plus a 2-layer MLP (``--hidden`` units) on the head's predicted
+  feature ``f^k_t``, those scalars and a one-hot depth, as a residual starting at zero (so it
+  starts where the regression ends), trained with binary cross-entropy on the conditional label.
 
 The path score of a learned predictor is the product of its conditional probabilities, the
 same product form the key uses. Predictors train on ``--train-seqs`` greedy sequences of the
@@ -114,19 +115,40 @@ def collect(head: EagleHead, seqs: list[DistilledSequence], depths: int) -> Rows
     return Rows(**{k: torch.cat(v) for k, v in parts.items()})
 
 
+class PerDepthLogistic(nn.Module):
+    """Logistic regression on the scalars, one weight vector per depth."""
+
+    def __init__(self, scalars: int, depths: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.zeros(depths, scalars))
+        self.b = nn.Parameter(torch.zeros(depths))
+
+    def forward(self, scalars: Tensor, depth: Tensor) -> Tensor:
+        return (self.w[depth - 1] * scalars).sum(-1) + self.b[depth - 1]
+
+
 class ConfidenceMLP(nn.Module):
-    """``sigmoid(w2 . silu(W1 [f; s; onehot(k)] + b1) + b2)``: P(accepted | reached)."""
+    """``sigmoid(a_k . s + b_k + w2 . silu(W1 [f; s; onehot(k)] + b1) + b2)``: P(accepted |
+    reached). The first part is the per-depth logistic regression on the scalars; the MLP on the
+    predicted feature is a residual on it, starting at zero, so what it adds is what the
+    feature says beyond the scalars."""
 
     def __init__(self, hidden_size: int, scalars: int, depths: int, width: int) -> None:
         super().__init__()
         self.depths = depths
+        self.linear = PerDepthLogistic(scalars, depths)
         self.net = nn.Sequential(
             nn.Linear(hidden_size + scalars + depths, width), nn.SiLU(), nn.Linear(width, 1)
         )
+        last = self.net[2]
+        assert isinstance(last, nn.Linear)
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
 
     def forward(self, feature: Tensor, scalars: Tensor, depth: Tensor) -> Tensor:
         onehot = F.one_hot(depth - 1, self.depths).float()
-        out: Tensor = self.net(torch.cat([feature, scalars, onehot], dim=-1)).squeeze(-1)
+        residual = self.net(torch.cat([feature, scalars, onehot], dim=-1)).squeeze(-1)
+        out: Tensor = self.linear(scalars, depth) + residual
         return out
 
 
@@ -164,18 +186,6 @@ def fit_lbfgs(model: nn.Module, inputs: list[Tensor], label: Tensor) -> None:
         return loss
 
     opt.step(closure)  # type: ignore[no-untyped-call]
-
-
-class PerDepthLogistic(nn.Module):
-    """Logistic regression on the scalars, one weight vector per depth."""
-
-    def __init__(self, scalars: int, depths: int) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.zeros(depths, scalars))
-        self.b = nn.Parameter(torch.zeros(depths))
-
-    def forward(self, scalars: Tensor, depth: Tensor) -> Tensor:
-        return (self.w[depth - 1] * scalars).sum(-1) + self.b[depth - 1]
 
 
 def path_scores(rows: Rows, cond_prob: Tensor, depths: int) -> Tensor:
@@ -219,9 +229,9 @@ def main() -> None:
     p.add_argument("--work-dir", type=Path, required=True, help="train-draft's --work-dir")
     p.add_argument("--head", type=Path, required=True)
     p.add_argument("--depths", type=int, default=4)
-    p.add_argument("--train-seqs", type=int, default=600)
+    p.add_argument("--train-seqs", type=int, default=1500)
     p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -264,6 +274,7 @@ def main() -> None:
     logistic = PerDepthLogistic(len(SCALARS), args.depths)
     fit_lbfgs(logistic, [_standardize(tr.scalars, tr.scalars)[0][r], tr.depth[r]], tr.ok[r])
     mlp = ConfidenceMLP(tr.feature.shape[1], len(SCALARS), args.depths, args.hidden)
+    mlp.linear.load_state_dict(logistic.state_dict())  # the residual starts at the regression
     f_tr, s_tr = _standardize(tr.feature)[0], _standardize(tr.scalars)[0]
     fit(mlp, [f_tr[r], s_tr[r], tr.depth[r]], tr.ok[r], args.epochs, args.seed)
     for name, rows in sets.items():
