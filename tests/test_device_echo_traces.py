@@ -4,7 +4,6 @@ floor fed by the measured H200 step model (the replay's ECHO arm)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,9 @@ import torch
 
 from echo_lab.replay.arms import DEVICE_ARM, default_arms, optional_arms
 from echo_lab.replay.costs import load_profiled
-from echo_lab.replay.fixedstep import StepGraphs, capture_steps, run_step
+from echo_lab.replay.fixedstep import STEEP, StepGraphs, capture_steps, repriced, run_step
 from echo_lab.replay.run import calibrate_rows, compose_steps, drive_arm, split_warmup
 from echo_lab.sim.rows import load_rows
-from echo_scheduler.cost import ProfileCost
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
@@ -66,7 +64,6 @@ def test_a_step_graph_serves_steps_after_the_cost_model_changes() -> None:
     served by the entries captured under the first one, and each selects what a fresh step
     under the new model selects; the new model changes some selections."""
     cost = load_profiled(TRACES / "cost-gpu-h200-llama8b.json", "gpu")
-    steep = ProfileCost((1.0, 64.0, 512.0, 4096.0), (0.010, 0.016, 0.060, 0.400))
     steps = capture_steps(TRACES / "trace-humaneval.json.gz", 64, 12, cost)
     graphs = StepGraphs()
     for step in steps:
@@ -74,13 +71,9 @@ def test_a_step_graph_serves_steps_after_the_cost_model_changes() -> None:
     captured = graphs.captures
     changed = 0
     for step in steps:
-        price = step.prices.row_price
-        assert price is not None
-        repriced = replace(
-            step, prices=replace(step.prices, row_price=replace(price, latency=steep))
-        )
-        fresh = run_step(repriced)
-        assert torch.equal(graphs.run(repriced), fresh)
+        other = repriced(step, STEEP)
+        fresh = run_step(other)
+        assert torch.equal(graphs.run(other), fresh)
         changed += not torch.equal(fresh, step.keep)
     assert graphs.captures == captured
     assert changed > 0

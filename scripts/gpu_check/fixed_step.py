@@ -8,7 +8,10 @@ selection compared with the CPU's. Then it is served by
 :class:`echo_lab.replay.fixedstep.StepGraphs`: one CUDA graph per step shape, captured at the
 shape's first step, its input buffers (slabs, caps, prices) reloaded for every later step of
 that shape and replayed (``graph_ms``, ``graph_same``: each replay's selection equals the eager
-one; ``graphs``: graphs captured for the cell's ``steps``). Medians over steps. The dry run (CPU)
+one; ``graphs``: graphs captured for the cell's ``steps``). Then every step, re-priced by another
+verify curve (a cost-model update, :data:`~echo_lab.replay.fixedstep.STEEP`), is served by the
+same graphs (``repriced_same``: each selects what a fresh eager step under the new curve selects,
+and no graph was added). Medians over steps. The dry run (CPU)
 runs the eager part and the buffers' reload (re-run eagerly, no graph) at one batch size on one
 trace.
 """
@@ -24,7 +27,14 @@ from gpu_check.schedule_time import CPU_BATCHES, GPU_BATCHES, GPU_COST, TRACES
 
 from echo_core.testing import HostSyncCounter
 from echo_lab.replay.costs import load_profiled
-from echo_lab.replay.fixedstep import StepGraphs, capture_steps, run_step, time_eager
+from echo_lab.replay.fixedstep import (
+    STEEP,
+    StepGraphs,
+    capture_steps,
+    repriced,
+    run_step,
+    time_eager,
+)
 
 __all__ = ["CPU_BATCHES", "GPU_BATCHES", "TRACES", "format_cells", "run_fixed_step"]
 
@@ -60,6 +70,11 @@ def run_fixed_step(
                 graph_same &= equal
                 if device.type == "cuda":
                     graph.append(ms)
+            captures = graphs.captures
+            reprice_same = True
+            for step in (repriced(s.to(device), STEEP) for s in captured):
+                reprice_same &= bool(torch.equal(graphs.run(step), run_step(step)))
+            reprice_same &= graphs.captures == captures
             cell = {
                 "trace": name,
                 "batch": b,
@@ -70,9 +85,10 @@ def run_fixed_step(
                 "eager_ms": round(statistics.median(eager), 4) if eager else None,
                 "graph_ms": round(statistics.median(graph), 4) if graph else None,
                 "graph_same": graph_same,
-                "graphs": graphs.captures,
+                "graphs": captures,
+                "repriced_same": reprice_same,
             }
-            ok &= same and graph_same and cell["syncs_max"] == 0
+            ok &= same and graph_same and reprice_same and cell["syncs_max"] == 0
             cells.append(cell)
     return {"device": str(device), "cost_file": GPU_COST.name, "cells": cells, "ok": ok}
 
@@ -80,13 +96,14 @@ def run_fixed_step(
 def format_cells(result: dict[str, Any]) -> list[str]:
     """One printed line per cell."""
     lines = [f"{'trace':<10} {'B':>4} {'steps':>5} {'depths':>6} {'syncs':>5} {'same':>4} "
-             f"{'eager ms':>9} {'graph ms':>9} {'graph ok':>8} {'graphs':>6}"]  # fmt: skip
+             f"{'eager ms':>9} {'graph ms':>9} {'graph ok':>8} {'graphs':>6} "
+             f"{'repriced':>8}"]  # fmt: skip
     for c in result["cells"]:
         lines.append(
             f"{c['trace']:<10} {c['batch']:>4} {c['steps']:>5} {c['depths']:>6} "
             f"{c['syncs_max']:>5} {'yes' if c['same_as_cpu'] else 'NO':>4} "
             f"{c['eager_ms'] if c['eager_ms'] is not None else '-':>9} "
             f"{c['graph_ms'] if c['graph_ms'] is not None else '-':>9} "
-            f"{c['graph_same']!s:>8} {c['graphs']:>6}"
+            f"{c['graph_same']!s:>8} {c['graphs']:>6} {c['repriced_same']!s:>8}"
         )
     return lines

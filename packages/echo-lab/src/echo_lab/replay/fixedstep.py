@@ -32,6 +32,7 @@ from echo_lab.replay.costs import ProfiledCost
 from echo_lab.replay.run import calibrate_rows, compose_steps, replay_step, split_warmup
 from echo_lab.sim.rows import load_rows
 from echo_scheduler.config import PolicyConfig
+from echo_scheduler.cost import LatencyModel, ProfileCost
 from echo_scheduler.device import DepthSlab, FixedEchoStep, StepPrices, StepScalars
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.echo_step import layout_rows
@@ -108,6 +109,20 @@ def _median_ms(fn: Callable[[], object], device: torch.device, reps: int) -> flo
         _sync(device)
         times.append(time.perf_counter() - t0)
     return 1e3 * statistics.median(times)
+
+
+def repriced(step: CapturedStep, latency: LatencyModel) -> CapturedStep:
+    """``step`` with its row price's latency model replaced by ``latency`` (what a cost-model
+    update changes), its selection ``keep`` left as recorded."""
+    price = step.prices.row_price
+    if price is None:
+        raise ValueError("the step has no row price to re-price")
+    return replace(step, prices=replace(step.prices, row_price=replace(price, latency=latency)))
+
+
+STEEP = ProfileCost((1.0, 64.0, 512.0, 4096.0), (0.010, 0.016, 0.060, 0.400))
+"""A verify curve much steeper than the measured H200 one's: a cost-model update that changes
+some of the recorded steps' cuts (the re-pricing checks)."""
 
 
 def time_eager(step: CapturedStep, reps: int = 5) -> float:
