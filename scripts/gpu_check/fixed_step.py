@@ -11,7 +11,8 @@ that shape and replayed (``graph_ms``, ``graph_same``: each replay's selection e
 one; ``graphs``: graphs captured for the cell's ``steps``). Then every step, re-priced by another
 verify curve (a cost-model update, :data:`~echo_lab.replay.fixedstep.STEEP`), is served by the
 same graphs (``repriced_same``: each selects what a fresh eager step under the new curve selects,
-and no graph was added). Medians over steps. The dry run (CPU)
+and no graph was added; ``repriced_changed``: steps whose selection the new curve changed, so
+that the check is not vacuous). Medians over steps. The dry run (CPU)
 runs the eager part and the buffers' reload (re-run eagerly, no graph) at one batch size on one
 trace.
 """
@@ -71,9 +72,14 @@ def run_fixed_step(
                 if device.type == "cuda":
                     graph.append(ms)
             captures = graphs.captures
-            reprice_same = True
-            for step in (repriced(s.to(device), STEEP) for s in captured):
-                reprice_same &= bool(torch.equal(graphs.run(step), run_step(step)))
+            reprice_same, changed = True, 0
+            for step in captured:
+                if step.prices.row_price is None:
+                    continue
+                other = repriced(step.to(device), STEEP)
+                fresh = run_step(other)
+                reprice_same &= bool(torch.equal(graphs.run(other), fresh))
+                changed += not bool(torch.equal(fresh.cpu(), step.keep.cpu()))
             reprice_same &= graphs.captures == captures
             cell = {
                 "trace": name,
@@ -87,6 +93,7 @@ def run_fixed_step(
                 "graph_same": graph_same,
                 "graphs": captures,
                 "repriced_same": reprice_same,
+                "repriced_changed": changed,
             }
             ok &= same and graph_same and reprice_same and cell["syncs_max"] == 0
             cells.append(cell)
@@ -97,13 +104,14 @@ def format_cells(result: dict[str, Any]) -> list[str]:
     """One printed line per cell."""
     lines = [f"{'trace':<10} {'B':>4} {'steps':>5} {'depths':>6} {'syncs':>5} {'same':>4} "
              f"{'eager ms':>9} {'graph ms':>9} {'graph ok':>8} {'graphs':>6} "
-             f"{'repriced':>8}"]  # fmt: skip
+             f"{'repriced':>8} {'changed':>7}"]  # fmt: skip
     for c in result["cells"]:
         lines.append(
             f"{c['trace']:<10} {c['batch']:>4} {c['steps']:>5} {c['depths']:>6} "
             f"{c['syncs_max']:>5} {'yes' if c['same_as_cpu'] else 'NO':>4} "
             f"{c['eager_ms'] if c['eager_ms'] is not None else '-':>9} "
             f"{c['graph_ms'] if c['graph_ms'] is not None else '-':>9} "
-            f"{c['graph_same']!s:>8} {c['graphs']:>6} {c['repriced_same']!s:>8}"
+            f"{c['graph_same']!s:>8} {c['graphs']:>6} {c['repriced_same']!s:>8} "
+            f"{c['repriced_changed']:>7}"
         )
     return lines

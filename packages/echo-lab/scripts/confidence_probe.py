@@ -6,7 +6,7 @@ a small predictor reading what the drafter already has at draft time separates a
 rejected drafts better than the head's top-1 probability does. It is a measurement, not a
 shipped component.
 
-Rows: every held-out generated position t and depth k = 1..``--depths`` of the head unrolled as
+Rows: every generated position t and depth k = 1..``--depths`` of the head unrolled as
 in training (:mod:`echo_server.drafting.unroll`); the depth-k draft is the head's argmax
 reading its own depth k-1 prediction and the true path (teacher forcing, as the tree's top-1
 chain is when every ancestor was accepted). Labels:
@@ -16,21 +16,29 @@ chain is when every ancestor was accepted). Labels:
   decides on);
 - path: ``ok_1 and ... and ok_k`` on every row (what the ranking key compares across requests).
 
-Scores, each evaluated on the held-out split only:
+Scores, each evaluated on rows no predictor was fitted on (the module's last paragraph):
 
 - ``head q1``: the head's top-1 probability ``q_(1)`` at depth k (conditional) and the path
   product ``prod_{j<=k} q_(1),j`` (path), what ECHO's key is calibrated from today;
 - ``scalars``: logistic regression per depth on ``[log q_(1), log q_(2), q_(1) - q_(2), H(q),
-  log p_(1), H(p)]``, with ``p`` the target's own next-token distribution at the root (free:
-  the target just computed it), ``H`` the entropy in nats;
+  log p_(1), H(p)]``, with ``p`` the target's own next-token distribution at the root over its
+  full vocabulary (free: the target just computed it), ``H`` the entropy in nats;
 - ``mlp``: that regression plus a 2-layer MLP (``--hidden`` units) on the head's predicted
   feature ``f^k_t``, those scalars and a one-hot depth, as a residual starting at zero (so it
   starts where the regression ends), trained with binary cross-entropy on the conditional label.
 
 The path score of a learned predictor is the product of its conditional probabilities, the
-same product form the key uses. Predictors train on ``--train-seqs`` greedy sequences of the
-training split (sequences no held-out prompt enters) and are scored by AUC
-(:func:`echo_gating.separation.auc`, with its Hanley-McNeil standard error) and Brier score.
+same product form the key uses. Scored by AUC (:func:`echo_gating.separation.auc`, with its
+Hanley-McNeil standard error, which treats positions as independent: positions of one sequence
+are not, so the intervals are too narrow) and Brier score.
+
+Where the predictors are fitted (``--fit-on``): the head was trained on the training split, so
+there its ``q_(1)`` and features are in-sample. ``heldout-half`` (the default) fits them on the
+held-out prompts whose id hashes even (a second hash; see the code) and scores them on the
+odd half and on the benchmark
+answers, none of which the head or the predictors saw; ``train`` fits them on ``--train-seqs``
+greedy sequences of the training split and scores them on the whole held-out split. Both print
+``q_(1)``'s AUC on the fitting rows too, to show how far in-sample rows differ.
 
     .venv/bin/python packages/echo-lab/scripts/confidence_probe.py \\
         --work-dir ~/.cache/echo-sd/train-mix --head \\
@@ -40,6 +48,7 @@ training split (sequences no held-out prompt enters) and are scored by AUC
 from __future__ import annotations
 
 import argparse
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,9 +84,21 @@ def _entropy(logits: Tensor) -> Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+def _root_scalars(features: Tensor, lm_head: Tensor) -> tuple[Tensor, Tensor]:
+    """``(log p_(1), H(p))`` of the target's next-token distribution ``p = softmax(f W^T)`` over
+    its full vocabulary, for every row of ``features`` ([N, H]), in chunks of 1,024 rows."""
+    top, ent = [], []
+    for chunk in torch.split(features, 1024):
+        logits = chunk.float() @ lm_head.float().T
+        top.append(torch.log_softmax(logits, -1).max(-1).values)
+        ent.append(_entropy(logits))
+    return torch.cat(top), torch.cat(ent)
+
+
 @torch.no_grad()
-def collect(head: EagleHead, seqs: list[DistilledSequence], depths: int) -> Rows:
-    """Unroll ``head`` over ``seqs`` and gather every row whose depths 1..K have labels."""
+def collect(head: EagleHead, seqs: list[DistilledSequence], depths: int, lm_head: Tensor) -> Rows:
+    """Unroll ``head`` over ``seqs`` and gather every row whose depths 1..K have labels;
+    ``lm_head``: the target's [V, H] output rows (its root distribution)."""
     parts: dict[str, list[Tensor]] = {k: [] for k in Rows.__slots__}
     base = 0
     with_aux = bool(head.config.aux_layers)
@@ -88,9 +109,7 @@ def collect(head: EagleHead, seqs: list[DistilledSequence], depths: int) -> Rows
         mask = pass_mask(batch.answer_from, batch.lengths, t, depths)
         mask &= pass_mask(batch.answer_from, batch.lengths, t, 1)
         n = int(mask.sum())
-        root_logits = head.logits(batch.features[mask])  # the target's p at the root
-        log_p1 = torch.log_softmax(root_logits, -1).max(-1).values
-        h_p = _entropy(root_logits)
+        log_p1, h_p = _root_scalars(batch.features[mask], lm_head)
         chain = torch.ones(n, dtype=torch.bool)
         for k, pred in enumerate(preds, start=1):
             feat = pred[mask]
@@ -158,7 +177,8 @@ def _standardize(train: Tensor, *others: Tensor) -> list[Tensor]:
 
 
 def fit(model: nn.Module, inputs: list[Tensor], label: Tensor, epochs: int, seed: int) -> None:
-    """Adam + binary cross-entropy on logits, minibatches of 1,024, ``epochs`` passes."""
+    """AdamW (lr 2e-3, weight decay 0.01) + binary cross-entropy on logits, minibatches of
+    1,024, ``epochs`` passes."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-2)
     n = label.numel()
@@ -235,6 +255,12 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--fit-on",
+        choices=["heldout-half", "train"],
+        default="heldout-half",
+        help="where the predictors are fitted (module docstring)",
+    )
+    p.add_argument(
         "--bench",
         nargs="*",
         default=["humaneval", "mtbench"],
@@ -245,30 +271,42 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     train_all, heldout = split(load_sequences(args.work_dir / "data"))
-    greedy = [s for s in train_all if not is_sampled(s.prompt_id)]
-    step = max(len(greedy) // args.train_seqs, 1)
-    train = greedy[::step][: args.train_seqs]
     weights = load_model(None).model.weights
     head = load_head(args.head, weights.embed, weights.lm_head)
     head.eval()
-    tr, te = collect(head, train, args.depths), collect(head, heldout, args.depths)
+    if args.fit_on == "train":
+        greedy = [s for s in train_all if not is_sampled(s.prompt_id)]
+        step = max(len(greedy) // args.train_seqs, 1)
+        fit_seqs, score_seqs = greedy[::step][: args.train_seqs], heldout
+        fit_name, score_name = "training split", "held-out"
+    else:
+        # a hash of its own: held-out ids already share crc32(id) % 20 == 0, so crc32 is even
+        odd = [zlib.crc32(b"half:" + s.prompt_id.encode()) % 2 == 1 for s in heldout]
+        fit_seqs = [s for s, o in zip(heldout, odd, strict=True) if not o]
+        score_seqs = [s for s, o in zip(heldout, odd, strict=True) if o]
+        fit_name, score_name = "held-out, even half", "held-out, odd half"
+    tr = collect(head, fit_seqs, args.depths, weights.lm_head)
+    te = collect(head, score_seqs, args.depths, weights.lm_head)
     print(
-        f"train: {len(train)} sequences, {int((tr.depth == 1).sum())} positions; "
-        f"held-out: {len(heldout)} sequences, {int((te.depth == 1).sum())} positions"
+        f"fitted on {fit_name}: {len(fit_seqs)} sequences, {int((tr.depth == 1).sum())} "
+        f"positions; scored on {score_name}: {len(score_seqs)} sequences, "
+        f"{int((te.depth == 1).sum())} positions"
     )
     for k in range(1, args.depths + 1):
         at = te.depth == k
         print(
-            f"held-out depth {k}: top-1 {float(te.ok[at].float().mean()):.3f}, "
+            f"{score_name} depth {k}: top-1 {float(te.ok[at].float().mean()):.3f}, "
             f"reached {float(te.reached[at].float().mean()):.3f}, "
             f"P(ok | reached) {float(te.ok[at & te.reached].float().mean()):.3f}"
         )
+    fitted = report("head q1", tr, tr.scalars[:, 0].exp(), args.depths)
+    print(f"\nhead q1 on the fitting rows ({fit_name}):\n" + "\n".join(fitted))
 
-    sets = {"held-out": te}
+    sets = {score_name: te}
     for name in args.bench:
         bench_dir = args.work_dir / f"bench-{name}"
         if bench_dir.is_dir():
-            sets[name] = collect(head, load_sequences(bench_dir), args.depths)
+            sets[name] = collect(head, load_sequences(bench_dir), args.depths, weights.lm_head)
 
     r = tr.reached
     logistic = PerDepthLogistic(len(SCALARS), args.depths)

@@ -109,6 +109,27 @@ def test_nothing_kept_stays_nothing(cut: Cut) -> None:
     assert got.tolist() == [False] * 3
 
 
+@pytest.mark.parametrize(
+    "model",
+    [
+        VerifyCostModel(0.010, 0.0001, 0.002, 12.0),
+        ProfileCost((1.0, 5.0, 9.0, 30.0), (0.010, 0.011, 0.0135, 0.040)),
+    ],
+    ids=["hinge", "profile"],
+)
+def test_a_latency_table_holds_the_models_values_bit_for_bit(
+    model: VerifyCostModel | ProfileCost,
+) -> None:
+    """``seconds`` read from the table equals ``seconds`` evaluated by the model at every row
+    count, across the hinge's knee and the profile's points (an off-by-one lookup would not)."""
+    price = RowPrice(50.0, model, 0.8)
+    table = price.latency_table(40, torch.device("cpu"))
+    rows = torch.arange(41)
+    assert torch.equal(price.seconds(rows, None, table), price.seconds(rows))
+    scale = torch.tensor(0.8, dtype=torch.float64)
+    assert torch.equal(price.seconds(rows, scale, table), price.seconds(rows))
+
+
 def test_buffers_cut_as_the_price_does_and_a_short_table_is_named() -> None:
     """A captured step's buffers (rate, scale, the latency table) give the price's own cut,
     bit for bit; a table that does not reach ``B + N`` rows is an error, not a wrong read."""

@@ -149,7 +149,9 @@ class VerifyCostModel:
 
 class LatencyModel(Protocol):
     """Anything that predicts verify latency in seconds for T tokens: one T in plain Python, or
-    every T of a tensor at once (float64, same shape; equal to ``latency_at`` elementwise)."""
+    every T of a tensor at once (float64, same shape; equal to ``latency_at`` elementwise).
+    Immutable: a corrected curve is a new object (the fixed step's buffers refill their table of
+    a model's values when the object changes, echo_scheduler.device.echo_step.StepScalars)."""
 
     def latency_at(self, tokens: float) -> float: ...
 
