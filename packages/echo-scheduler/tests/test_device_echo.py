@@ -20,8 +20,8 @@ from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices, StepScalars
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.driver import drive, drive_fixed_step
-from echo_scheduler.device.echo_step import layout_rows
-from echo_scheduler.device.layout import compact
+from echo_scheduler.device.echo_step import first_in_rows, layout_rows
+from echo_scheduler.device.layout import compact, tiered_key
 from echo_scheduler.device.layout import layer_confidence as slab_confidence
 from echo_scheduler.device.layout import sibling_margin as slab_margin
 from echo_scheduler.device.packed import depth_slab
@@ -31,6 +31,7 @@ from echo_scheduler.outcome import accepted_lengths
 from echo_scheduler.policies import make_policy
 from echo_scheduler.policies.echo import EchoPolicy
 from echo_scheduler.policies.frontier import expand_all
+from echo_scheduler.ranking import composite_key, first_in_order
 from echo_scheduler.simulator import SimSource
 from echo_scheduler.workloads import SyntheticStep, SyntheticWorkload
 
@@ -249,6 +250,55 @@ def test_compact_lists_the_first_true_columns_in_order() -> None:
     slot, ok = compact(mask[:, :2], 3)
     assert slot.tolist() == [[1, 0, 0], [0, 0, 0], [0, 1, 0]]
     assert ok.tolist() == [[True, False, False], [False] * 3, [True, True, False]]
+
+
+def _lexicographic(order: torch.Tensor, tier: torch.Tensor) -> torch.Tensor:
+    """Positions by (tier asc., order desc., flat index asc.) from Python's own sort."""
+    rows = sorted(
+        range(order.numel()),
+        key=lambda i: (int(tier.reshape(-1)[i]), -float(order.reshape(-1)[i]), i),
+    )
+    pos = torch.empty(order.numel(), dtype=torch.int64)
+    pos[torch.tensor(rows)] = torch.arange(order.numel())
+    return pos
+
+
+@FAST
+@given(
+    st.integers(1, 6), st.integers(1, 9), st.integers(0, 2**31 - 1), st.integers(0, 40),
+)  # fmt: skip
+def test_first_in_rows_takes_what_first_in_order_takes(
+    b: int, n: int, seed: int, budget: int
+) -> None:
+    """The fixed layout's ranking (one int64 key, two sorts) against the packed one
+    (first_in_order on Python's lexicographic positions), with composite keys that tie in
+    their key and differ only in the 2^-30 tie-break, and with exact ties."""
+    gen = torch.Generator().manual_seed(seed)
+    key = torch.randint(0, 4, (b, n), generator=gen).double() / 4  # coarse: ties
+    tiebreak = torch.randint(0, 3, (b, n), generator=gen).double() / 2
+    order = composite_key(key, tiebreak)
+    tier = torch.randint(0, 3, (b, n), generator=gen)
+    mask = torch.rand(b, n, generator=gen) < 0.8
+    tier = torch.where(mask, tier, 3)  # an ineligible slot's tier
+    caps = torch.randint(0, n + 1, (b,), generator=gen)
+    got = first_in_rows(order, mask, caps, torch.tensor(budget), tier)
+    group = torch.arange(b).repeat_interleave(n)
+    want = first_in_order(_lexicographic(order, tier), group, caps, budget, mask.reshape(-1))
+    assert torch.equal(got.reshape(-1), want)
+    untiered = first_in_rows(order, mask, caps, budget)
+    flat = _lexicographic(order, torch.zeros_like(tier))
+    assert torch.equal(
+        untiered.reshape(-1), first_in_order(flat, group, caps, budget, mask.reshape(-1))
+    )
+
+
+def test_a_tiered_key_keeps_the_tie_break_a_float_offset_would_round_away() -> None:
+    low = composite_key(torch.tensor([0.25, 0.25]), torch.tensor([0.0, 2.0**-23]))
+    assert low[1] > low[0]
+    assert (low - 2.0)[1] == (low - 2.0)[0]  # the float offset rounds the tie-break away
+    key = tiered_key(low.repeat(3), torch.tensor([0, 0, 1, 1, 2, 2]))
+    assert key.argsort(descending=True, stable=True).tolist() == [1, 0, 3, 2, 5, 4]
+    assert tiered_key(torch.tensor([-0.0, 0.0])).unique().numel() == 1
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -6,7 +6,8 @@ through composed steps of one trace at batch B, the floor fed by a cost model as
 and keeps, per drafted step, the slabs the fixed step saw, the host's prices and the selection.
 :func:`run_step` re-runs one captured step from its slabs on any device: the policy part of a
 step with no host sync, what a drafter that drafts the fixed layout would run.
-:func:`time_eager` times it (the device synchronized at the end, median of ``reps``).
+:func:`time_eager` times it as served, its prices loaded into held buffers (the device
+synchronized at the end, median of ``reps``).
 :class:`StepGraphs` serves steps from CUDA graphs, one per step shape (B, the slabs' shapes, the
 mode, the gate and whether a row price applies): a step of a shape already captured is
 copied into that graph's input buffers (slabs, caps, the :class:`~echo_scheduler.device.
@@ -53,6 +54,10 @@ class CapturedStep:
     @property
     def depths(self) -> int:
         return len(self.slabs)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.prices.caps.shape[0])
 
     def to(self, device: torch.device) -> CapturedStep:
         """The same step with every tensor on ``device``."""
@@ -126,10 +131,20 @@ some of the recorded steps' cuts (the re-pricing checks)."""
 
 
 def time_eager(step: CapturedStep, reps: int = 5) -> float:
-    """Median ms of :func:`run_step` (after one warm-up run), synchronized on a GPU."""
+    """Median ms of a served eager step (after one warm-up run), synchronized on a GPU: the
+    step's prices loaded into held :class:`~echo_scheduler.device.StepScalars` and
+    :func:`run_step` on them, as ``DeviceEchoPolicy`` serves consecutive steps. The latency
+    table is filled before timing: a served step refills it only when the cost model changes,
+    and at B = 256 filling it alone costs about as much as a step on the CPU."""
     device = step.prices.caps.device
-    run_step(step)
-    return _median_ms(lambda: run_step(step), device, reps)
+    scalars = StepScalars.of(step.prices, device, layout_rows(step.config, step.batch_size))
+
+    def served() -> Tensor:
+        scalars.load(step.prices)
+        return run_step(step, scalars)
+
+    served()
+    return _median_ms(served, device, reps)
 
 
 def shape_key(step: CapturedStep) -> tuple[object, ...]:

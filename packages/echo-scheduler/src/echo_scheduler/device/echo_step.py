@@ -54,12 +54,14 @@ from echo_scheduler.device.layout import (
     Frontier,
     child_parent_slot,
     compact,
+    key_ranks,
     row_ranks,
+    tiered_key,
 )
 from echo_scheduler.device.layout import gate_signal as slab_signal
 from echo_scheduler.errors import PolicyError
 from echo_scheduler.interface import RowPrice
-from echo_scheduler.ranking import composite_key, ranks_in_order
+from echo_scheduler.ranking import composite_key
 
 DEPTH, WIDTH, REINVEST = 0, 1, 2
 """Selection tiers, taken in this order (as in echo_scheduler.policies.echo)."""
@@ -350,21 +352,18 @@ def first_in_rows(
     in the order (``tier`` asc., ``order`` desc., flat index asc.): [B, n] bool
     (:func:`~echo_scheduler.ranking.first_in_order` in the fixed layout, rows as groups).
 
-    The flat index is the packed order (echo_scheduler.device.layout), so ties break as there.
-    Two stable sorts of the flat elements (by ``order``, then by ``tier``) give the global
-    order; a third, of the rows in that order, gives each element's rank in its row (the
-    masked count before it in its row). Fixed shape, no host sync."""
+    The flat index is the packed order (echo_scheduler.device.layout), so ties break as there;
+    within a row it is the column. ``order`` is a :func:`~echo_scheduler.ranking.
+    composite_key` (in [0, 2) where ``mask``) and ``tier`` in {0, 1, 2} where ``mask``. Both
+    go into one int64 sort key (:func:`~echo_scheduler.device.layout.tiered_key`), so two
+    stable sorts give every order the rule needs: a batched one along the rows (each element's
+    rank among its row's ``mask`` elements, :func:`~echo_scheduler.device.layout.key_ranks`)
+    and one of the flat elements (the global order the budget takes). Fixed shape, no host
+    sync."""
     b, n = order.shape
-    perm = torch.sort(order.reshape(-1), descending=True, stable=True).indices
-    if tier is not None:
-        perm = perm.index_select(
-            0, torch.sort(tier.reshape(-1).index_select(0, perm), stable=True).indices
-        )
-    row = perm // max(n, 1)
-    grouped = perm.index_select(0, torch.sort(row, stable=True).indices)
-    m = mask.reshape(-1)
-    rank = ranks_in_order(torch.arange(b, device=order.device).repeat_interleave(n), grouped, m)
-    within = m & (rank < caps.repeat_interleave(n))
+    key = tiered_key(order, tier)
+    within = (mask & (key_ranks(key, mask) < caps.unsqueeze(1))).reshape(-1)
+    perm = torch.sort(key.reshape(-1), descending=True, stable=True).indices
     ordered = within.index_select(0, perm)
     taken = ordered & (torch.cumsum(ordered.to(torch.int64), 0) <= budget)
     return torch.empty_like(taken).index_copy_(0, perm, taken).view(b, n)

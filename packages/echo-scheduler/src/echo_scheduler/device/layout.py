@@ -77,13 +77,36 @@ def compact(mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
 def row_ranks(order: Tensor, mask: Tensor) -> Tensor:
     """Rank of every element among its row's ``mask`` elements by ``order`` descending, ties
     to the lower column: ``#{j in mask: o_j > o_i or (o_j = o_i and j < i)}`` ([B, n] each,
-    [B, n] int64 out; meaningful where ``mask``). Pairwise, [B, n, n]: for the short rows of
-    one depth (n <= k0 W) cheaper than a sort and its inverse."""
-    n = order.shape[1]
-    col = torch.arange(n, device=order.device)
-    a, b = order.unsqueeze(2), order.unsqueeze(1)  # a: element i, b: rival j
-    ahead = (b > a) | ((b == a) & (col.view(1, 1, n) < col.view(1, n, 1)))
-    return (ahead & mask.unsqueeze(1)).sum(dim=2)
+    [B, n] int64 out; meaningful where ``mask``). ``order`` in [0, 2) where ``mask`` (a
+    :func:`~echo_scheduler.ranking.composite_key`): :func:`key_ranks` of its
+    :func:`tiered_key`."""
+    return key_ranks(tiered_key(order), mask)
+
+
+def key_ranks(key: Tensor, mask: Tensor) -> Tensor:
+    """Rank of every element among its row's ``mask`` elements by the int64 ``key``
+    descending, ties to the lower column ([B, n] each, [B, n] int64 out; meaningful where
+    ``mask``): one stable sort along the rows, the masked count before each element in it."""
+    by_row = torch.sort(key, dim=1, descending=True, stable=True).indices
+    count = torch.cumsum(mask.gather(1, by_row).to(torch.int64), dim=1)
+    return torch.empty_like(count).scatter_(1, by_row, count - 1)
+
+
+def tiered_key(order: Tensor, tier: Tensor | None = None) -> Tensor:
+    """An int64 key whose descending order is (``tier`` asc., ``order`` desc.): ``bits(order)
+    - tier 2^62`` (any shape).
+
+    A float64 ``x`` in [0, 2) has IEEE bits in [0, 2^62) that order as ``x`` does (``-0.0``
+    is first made ``+0.0``, so equal values have equal keys), so tiers 0, 1, 2 land in
+    [0, 2^62), [-2^62, 0) and [-2^63, -2^62): exact, where subtracting ``2 tier`` from the
+    float would round away the tie-break in a composite key's low bits. Elements outside that
+    range (ineligible slots: ``-inf`` orders, the tier past the last) get some key; callers
+    mask them out."""
+    x = torch.where(order > 0, order, 0.0).clamp(max=1.75).to(torch.float64)
+    bits = x.view(torch.int64)
+    if tier is None:
+        return bits
+    return bits - tier.clamp(min=0, max=2).to(torch.int64) * (1 << 62)
 
 
 def child_parent_slot(front: Frontier, width: int) -> Tensor:
