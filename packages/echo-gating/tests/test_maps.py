@@ -150,3 +150,7 @@ def test_batched_lookup_equals_the_scalar_map(seed: int) -> None:
     clamp = depth.clamp(1, maps.max_depth)
     want = [maps.maps[int(d) - 1](float(s)) for d, s in zip(clamp, score, strict=True)]
     assert torch.equal(got, torch.tensor(want, dtype=torch.float32))
+    for d in range(-1, 6):  # one depth for every element, any shape: the same values
+        at = maps.expected_accept_at(d, score.view(40, 100))
+        assert at.shape == (40, 100)
+        assert torch.equal(at.reshape(-1), maps.expected_accept(torch.full((n,), d), score))

@@ -81,6 +81,15 @@ class _Tables:
     row_base: Tensor  # [D + 1] int64, r 2^32
     shift: Tensor  # [D + 1] int64, first value index of row r less its first edge index
     flat_values: Tensor  # [sum K_d] float32, row after row
+    shifts: tuple[int, ...]  # ``shift`` on the host
+
+
+def _lookup(t: _Tables, x: Tensor, base: Tensor | int, shift: Tensor | int) -> Tensor:
+    """The maps' values at the [N] scores ``x`` of rows with ``base`` (r 2^32) and ``shift``
+    (either per element or one for all): :meth:`AcceptanceMaps.expected_accept`'s lookup."""
+    query = _ordered(x.to(torch.float32)) + base
+    at = torch.searchsorted(t.flat_edges, query, right=True)
+    return t.flat_values.index_select(0, at + shift)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +124,19 @@ class AcceptanceMaps:
             )
         t = self._device_tables(depth.device)
         row = depth.clamp(1, self.max_depth)  # tables carry an unused row 0
-        query = _ordered(path_logprob.to(torch.float32)) + t.row_base.index_select(0, row)
-        at = torch.searchsorted(t.flat_edges, query, right=True)
-        return t.flat_values.index_select(0, at + t.shift.index_select(0, row))
+        return _lookup(
+            t, path_logprob, t.row_base.index_select(0, row), t.shift.index_select(0, row)
+        )
+
+    def expected_accept_at(self, depth: int, path_logprob: Tensor) -> Tensor:
+        """``m_depth(path_logprob)`` at one depth for every element: any shape float ->
+        float32 of that shape. The same lookup as :meth:`expected_accept`, with the row's base
+        and shift as Python ints (a depth fixed by the caller's code, not by data): fewer
+        ops, the same values."""
+        t = self._device_tables(path_logprob.device)
+        row = min(max(depth, 1), self.max_depth)
+        flat = path_logprob.reshape(-1)
+        return _lookup(t, flat, row << 32, t.shifts[row]).view(path_logprob.shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -172,12 +191,13 @@ class AcceptanceMaps:
             rows = torch.arange(self.max_depth + 1, dtype=torch.int64)
             # the searchsorted position counts every earlier row's edges; shift moves it to the
             # row's own values: shift_r = value_start_r - edge_start_r
-            shift = torch.tensor([0, *value_start[:-1]]) - torch.tensor([0, *edge_start[:-1]])
+            shifts = (0, *(v - e for v, e in zip(value_start[:-1], edge_start[:-1], strict=True)))
             values = [v for m in self.maps for v in m.values]
             self._tables[key] = _Tables(
                 flat_edges=torch.cat(keys).to(device),
                 row_base=(rows << 32).to(device),
-                shift=shift.to(device),
+                shift=torch.tensor(shifts, dtype=torch.int64).to(device),
+                shifts=shifts,
                 flat_values=torch.tensor(values, dtype=torch.float32).to(device),
             )
         return self._tables[key]

@@ -259,8 +259,7 @@ class FixedEchoStep:
         maps = self.gate.acceptance_maps
         if maps is None:
             return slab.score
-        depth = torch.full((slab.path.numel(),), d, dtype=torch.int64, device=self.device)
-        own = maps.expected_accept(depth, slab.path.reshape(-1)).view(slab.path.shape)
+        own = maps.expected_accept_at(d, slab.path)
         if d == 1:
             return own
         parent = child_parent_slot(self.fronts[-1], self.width)
@@ -304,9 +303,8 @@ class FixedEchoStep:
             bound, guess = own, torch.minimum(own, guess_logp.exp())
         else:
             n = path.numel()
-            child = torch.full((2 * n,), d + 1, dtype=torch.int64, device=self.device)
             logp = torch.cat([path.reshape(-1), guess_logp.reshape(-1).clamp(min=-1e4)])
-            both = maps.expected_accept(child, logp)
+            both = maps.expected_accept_at(d + 1, logp)
             bound = torch.minimum(own, both[:n].view(b, k0))
             guess = torch.minimum(own, both[n:].view(b, k0))
         active = (self.truncated_at > d).unsqueeze(1)
