@@ -34,11 +34,11 @@ are not, so the intervals are too narrow) and Brier score.
 
 Where the predictors are fitted (``--fit-on``): the head was trained on the training split, so
 there its ``q_(1)`` and features are in-sample. ``heldout-half`` (the default) fits them on the
-held-out prompts whose id hashes even (a second hash; see the code) and scores them on the
-odd half and on the benchmark
-answers, none of which the head or the predictors saw; ``train`` fits them on ``--train-seqs``
-greedy sequences of the training split and scores them on the whole held-out split. Both print
-``q_(1)``'s AUC on the fitting rows too, to show how far in-sample rows differ.
+held-out prompts whose id hashes even (a second hash; see the code) and scores them on the odd
+half and on the benchmark answers, none of which the head or the predictors saw; ``train``
+fits them on ``--train-seqs`` greedy sequences of the training split and scores them on the
+whole held-out split. Both print ``q_(1)``'s AUC on the fitting rows too, to show how far
+in-sample rows differ.
 
     .venv/bin/python packages/echo-lab/scripts/confidence_probe.py \\
         --work-dir ~/.cache/echo-sd/train-mix --head \\

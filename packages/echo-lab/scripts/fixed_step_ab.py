@@ -11,8 +11,8 @@ traces, the measured H200 cost model), serves each from held price buffers and r
 - ``ms``: per step, the fastest of ``--reps`` timed runs (after one warm-up, one torch
   thread); the cell's value is the median over its steps. The minimum, not the median, of a
   step's runs: on a shared VM the slow runs are other tenants' time;
-- ``ops``: the aten ops one step dispatches (mean over the cell's steps), counted by a
-  ``TorchDispatchMode``: deterministic, the same on any CPU.
+- ``ops``: the aten ops one step dispatches (mean over the cell's steps), recorded by
+  :class:`echo_core.testing.OpTrace`: deterministic, the same on any CPU.
 
 Every child also checks that each re-run step selects what it captured. Prints, per cell, each
 commit's median over rounds [range] and the per-round ratio new / base: median [range].
@@ -29,7 +29,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -38,38 +37,28 @@ def _child(args: argparse.Namespace) -> None:
     """Serve measurements with the packages on this process's path: for every cell name read
     from stdin ("<trace path> <B>"), print one JSON line ``[ms, ops]``."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
+    from echo_core.testing import OpTrace
     from echo_lab.replay.costs import load_profiled
     from echo_lab.replay.fixedstep import CapturedStep, capture_steps, run_step
     from echo_scheduler.device.echo_step import StepScalars, layout_rows
 
-    class Count(TorchDispatchMode):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.ops = 0
-
-        def __torch_dispatch__(self, func: Any, types: Any, a: Any = (), kw: Any = None) -> Any:
-            self.ops += 1
-            return func(*a, **(kw or {}))
-
     torch.set_num_threads(1)
     cost = load_profiled(args.gpu_cost, "gpu")
-    captured: dict[str, tuple[list[CapturedStep], StepScalars | None]] = {}
+    captured: dict[str, list[CapturedStep]] = {}
     print("ready", flush=True)
     for line in sys.stdin:
         trace, b = line.split()
         if line not in captured:
-            steps = capture_steps(Path(trace), int(b), args.steps, cost)
-            held = None
-            if steps:
-                rows = layout_rows(steps[0].config, int(b))
-                held = StepScalars.of(steps[0].prices, torch.device("cpu"), rows)
-            captured[line] = (steps, held)
-        steps, held = captured[line]
+            captured[line] = capture_steps(Path(trace), int(b), args.steps, cost)
+        steps = captured[line]
+        if not steps:
+            print(json.dumps([0.0, 0.0]), flush=True)
+            continue
+        rows = layout_rows(steps[0].config, int(b))
+        held = StepScalars.of(steps[0].prices, torch.device("cpu"), rows)
         ms, ops = [], []
         for step in steps:
-            assert held is not None
             held.load(step.prices)
             if not torch.equal(run_step(step, held), step.keep):
                 raise SystemExit(f"{trace} B={b}: a re-run step selected otherwise")
@@ -80,12 +69,11 @@ def _child(args: argparse.Namespace) -> None:
                 run_step(step, held)
                 runs.append(time.perf_counter() - t0)
             ms.append(1e3 * min(runs))
-            with Count() as count:
+            with OpTrace() as trace_ops:
                 held.load(step.prices)
                 run_step(step, held)
-            ops.append(float(count.ops))
-        result = [statistics.median(ms), statistics.mean(ops)] if steps else [0.0, 0.0]
-        print(json.dumps(result), flush=True)
+            ops.append(float(len(trace_ops.ops)))
+        print(json.dumps([statistics.median(ms), statistics.mean(ops)]), flush=True)
 
 
 def _worktree(commit: str, where: Path) -> Path:
