@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from echo_lab.training.dataset import (
@@ -12,6 +13,7 @@ from echo_lab.training.dataset import (
     draft_vocabulary,
     make_batch,
     split,
+    subsample,
 )
 from echo_lab.training.selfdistill import DistilledSequence
 from echo_lab.training.testing import sequences
@@ -47,6 +49,26 @@ def test_a_held_out_prompts_sampled_continuations_are_used_nowhere() -> None:
     held_prompts = {s.prompt_id for s in held}
     assert not any(s.prompt_id.split("~s")[0] in held_prompts for s in train)
     assert len(train) == 2 * len(split(base)[0])
+
+
+def test_subsample_keeps_whole_prompts_nested_and_in_order() -> None:
+    """A fraction of the training prompts, with their sampled continuations; one seed nests
+    the fractions; the order is the input's; a fraction outside (0, 1] is refused."""
+    base = sequences(80, 4, 11)
+    sampled = [dataclasses.replace(s, prompt_id=f"{s.prompt_id}~s1") for s in base]
+    train = split([*base, *sampled])[0]
+    prompts = {s.prompt_id.split("~s")[0] for s in train}
+    quarter, half = subsample(train, 0.25), subsample(train, 0.5)
+    kept = {s.prompt_id.split("~s")[0] for s in quarter}
+    assert len(kept) == round(0.25 * len(prompts))
+    assert len(quarter) == 2 * len(kept)  # each kept prompt's greedy and sampled answers
+    assert kept < {s.prompt_id.split("~s")[0] for s in half}
+    assert quarter == [s for s in train if s in quarter]
+    assert subsample(train, 1.0) == train
+    assert subsample(train, 0.25, seed=1) != quarter
+    for bad in (0.0, -0.5, 1.5):
+        with pytest.raises(ValueError, match="fraction"):
+            subsample(train, bad)
 
 
 def test_batches_respect_the_token_budget_and_cover_every_sequence() -> None:

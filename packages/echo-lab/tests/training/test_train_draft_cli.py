@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 
-from echo_lab.cli.train_draft import aux_layers_for, default_aux_layers
+from echo_lab.cli.train_draft import add_parser, aux_layers_for, default_aux_layers, run
 
 
 def test_default_aux_layers_are_low_middle_high() -> None:
@@ -19,3 +22,16 @@ def test_aux_layers_option() -> None:
     assert aux_layers_for([7, 3, 7], 30) == (3, 7)
     with pytest.raises(ValueError, match="outside"):
         aux_layers_for([30], 30)
+
+
+def test_a_bad_train_fraction_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(
+        ["train-draft", "--work-dir", str(tmp_path / "w"), "--train-fraction", "0"]
+    )
+    assert run(args) == 2
+    assert "fraction must lie in (0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()  # nothing loaded, nothing written

@@ -26,7 +26,14 @@ from typing import Any
 import structlog
 import torch
 
-from echo_lab.training.dataset import coverage, draft_vocabulary, load_sequences, split
+from echo_lab.training.dataset import (
+    check_fraction,
+    coverage,
+    draft_vocabulary,
+    load_sequences,
+    split,
+    subsample,
+)
 from echo_lab.training.instructions import build_prompts
 from echo_lab.training.magpie import chat_queries
 from echo_lab.training.selfdistill import generate_dataset, stored_aux_layers
@@ -85,6 +92,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--depths", type=int, default=DEFAULTS.depths, help="unrolled depths")
     p.add_argument("--max-batch-tokens", type=int, default=DEFAULTS.max_batch_tokens)
     p.add_argument("--checkpoint-every", type=int, default=DEFAULTS.checkpoint_every)
+    p.add_argument(
+        "--train-fraction",
+        type=float,
+        default=1.0,
+        help="train on a seeded random fraction of the training prompts (a data-scaling "
+        "study; the held-out split is unchanged, the draft vocabulary is the subset's)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--threads", type=int, default=1, help="torch threads (1 is fastest on a busy machine)"
@@ -118,6 +132,11 @@ def _timed(path: Path, key: str, seconds: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        check_fraction(args.train_fraction)
+    except ValueError as exc:
+        print(f"echo-sd train-draft: error: {exc}", file=sys.stderr)
+        return 2
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     work: Path = args.work_dir
@@ -151,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
     seqs = load_sequences(data_dir)
     train_seqs, heldout = split(seqs)
+    train_seqs = subsample(train_seqs, args.train_fraction, args.seed)
     model = loaded.model
     special = sorted(loaded.tokenizer.eos_ids)
     vocab = draft_vocabulary(train_seqs, args.draft_vocab, special)
@@ -181,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         "target": name,
         "prompts": args.prompts,
         "chat_queries": args.chat_queries,
+        "train_fraction": args.train_fraction,
         "sequences": {"train": len(train_seqs), "heldout": len(heldout)},
         "rows": {
             "train": sum(s.features.shape[0] for s in train_seqs),

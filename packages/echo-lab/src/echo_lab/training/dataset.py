@@ -63,6 +63,26 @@ def split(
     return train, [s for s in ordered if is_heldout(s.prompt_id) and not is_sampled(s.prompt_id)]
 
 
+def check_fraction(fraction: float) -> None:
+    """Raise ValueError unless ``fraction`` lies in (0, 1] (:func:`subsample`'s argument)."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"the training fraction must lie in (0, 1], got {fraction}")
+
+
+def subsample(
+    train: Sequence[DistilledSequence], fraction: float, seed: int = 0
+) -> list[DistilledSequence]:
+    """The training sequences of a seeded random ``fraction`` of the training prompts (a
+    prompt's sampled continuations go with it), in ``train``'s order: ``round(fraction P)``
+    of the ``P`` prompts, at least one. Nested: with one seed, a smaller fraction keeps a
+    subset of a larger one's prompts (a data-scaling study compares heads on growing data)."""
+    check_fraction(fraction)
+    prompts = sorted({prompt_of(s.prompt_id) for s in train})
+    random.Random(seed).shuffle(prompts)
+    kept = set(prompts[: max(1, round(fraction * len(prompts)))])
+    return [s for s in train if prompt_of(s.prompt_id) in kept]
+
+
 def answer_tokens(seqs: Sequence[DistilledSequence]) -> Iterator[int]:
     """Every token the target generated (what a drafter must predict)."""
     for s in seqs:
