@@ -21,8 +21,8 @@ from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.driver import drive, drive_fixed_step
 from echo_scheduler.device.echo_step import first_in_rows, layout_rows
-from echo_scheduler.device.layout import compact, tiered_key
 from echo_scheduler.device.layout import layer_confidence as slab_confidence
+from echo_scheduler.device.layout import row_band, tiered_key
 from echo_scheduler.device.layout import sibling_margin as slab_margin
 from echo_scheduler.device.packed import depth_slab
 from echo_scheduler.driver import drive_step
@@ -242,14 +242,40 @@ def test_one_op_sequence_serves_every_price() -> None:
     assert len({int(k.sum()) for k in selections[-3:]}) == 3  # and so did the latency models
 
 
-def test_compact_lists_the_first_true_columns_in_order() -> None:
+def test_row_band_compacts_the_first_masked_columns_in_order() -> None:
     mask = torch.tensor([[False, True, True, False, True], [False] * 5, [True] * 5])
-    slot, ok = compact(mask, 3)
+    order = torch.zeros(3, 5, dtype=torch.float64)  # all tied: the lower columns first
+    band, slot, ok = row_band(order, mask, 3)
     assert slot.tolist() == [[1, 2, 4], [0, 0, 0], [0, 1, 2]]
     assert ok.tolist() == [[True] * 3, [False] * 3, [True] * 3]
-    slot, ok = compact(mask[:, :2], 3)
+    assert band.tolist() == [
+        [False, True, True, False, True],
+        [False] * 5,
+        [True] * 3 + [False] * 2,
+    ]
+    band, slot, ok = row_band(order[:, :2], mask[:, :2], 3)  # fewer columns than the width
     assert slot.tolist() == [[1, 0, 0], [0, 0, 0], [0, 1, 0]]
     assert ok.tolist() == [[True, False, False], [False] * 3, [True, True, False]]
+
+
+@FAST
+@given(st.integers(1, 5), st.integers(1, 9), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_row_band_takes_each_rows_best_masked_columns(
+    b: int, n: int, width: int, seed: int
+) -> None:
+    """Against Python's sort of each row's masked columns by (order desc., column asc.), with
+    composite keys that tie in their key, differ only in the 2^-30 tie-break, or tie exactly."""
+    gen = torch.Generator().manual_seed(seed)
+    key = torch.randint(0, 4, (b, n), generator=gen).double() / 4
+    order = composite_key(key, torch.randint(0, 3, (b, n), generator=gen).double() / 2)
+    mask = torch.rand(b, n, generator=gen) < 0.7
+    band, slot, ok = row_band(order, mask, width)
+    for r in range(b):
+        cols = sorted((c for c in range(n) if mask[r, c]), key=lambda c: (-float(order[r, c]), c))
+        best = sorted(cols[:width])
+        assert band[r].nonzero().flatten().tolist() == best
+        assert slot[r].tolist() == best + [0] * (width - len(best))
+        assert ok[r].tolist() == [True] * len(best) + [False] * (width - len(best))
 
 
 def _lexicographic(order: torch.Tensor, tier: torch.Tensor) -> torch.Tensor:

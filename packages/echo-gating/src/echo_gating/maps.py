@@ -82,6 +82,8 @@ class _Tables:
     shift: Tensor  # [D + 1] int64, first value index of row r less its first edge index
     flat_values: Tensor  # [sum K_d] float32, row after row
     shifts: tuple[int, ...]  # ``shift`` on the host
+    edges: tuple[Tensor, ...]  # depth d's edges, [K_d - 1] float32, at index d - 1
+    values: tuple[Tensor, ...]  # depth d's values, [K_d] float32, at index d - 1
 
 
 def _lookup(t: _Tables, x: Tensor, base: Tensor | int, shift: Tensor | int) -> Tensor:
@@ -130,13 +132,15 @@ class AcceptanceMaps:
 
     def expected_accept_at(self, depth: int, path_logprob: Tensor) -> Tensor:
         """``m_depth(path_logprob)`` at one depth for every element: any shape float ->
-        float32 of that shape. The same lookup as :meth:`expected_accept`, with the row's base
-        and shift as Python ints (a depth fixed by the caller's code, not by data): fewer
-        ops, the same values."""
+        float32 of that shape. With the depth fixed by the caller's code, not by data, the
+        lookup needs no row encoding: ``searchsorted`` over that depth's float32 edges
+        (``right``: ``#{j: e_j <= x}``; float ``<=`` already counts ``-0.0`` as ``+0.0``) and
+        one gather, the same values as :meth:`expected_accept` in fewer ops."""
         t = self._device_tables(path_logprob.device)
-        row = min(max(depth, 1), self.max_depth)
-        flat = path_logprob.reshape(-1)
-        return _lookup(t, flat, row << 32, t.shifts[row]).view(path_logprob.shape)
+        row = min(max(depth, 1), self.max_depth) - 1
+        x = path_logprob.to(torch.float32).reshape(-1)
+        at = torch.searchsorted(t.edges[row], x, right=True)
+        return t.values[row].index_select(0, at).view(path_logprob.shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -193,12 +197,18 @@ class AcceptanceMaps:
             # row's own values: shift_r = value_start_r - edge_start_r
             shifts = (0, *(v - e for v, e in zip(value_start[:-1], edge_start[:-1], strict=True)))
             values = [v for m in self.maps for v in m.values]
+
+            def on_device(xs: tuple[float, ...]) -> Tensor:
+                return torch.tensor(xs, dtype=torch.float32).reshape(-1).to(device)
+
             self._tables[key] = _Tables(
                 flat_edges=torch.cat(keys).to(device),
                 row_base=(rows << 32).to(device),
                 shift=torch.tensor(shifts, dtype=torch.int64).to(device),
                 shifts=shifts,
                 flat_values=torch.tensor(values, dtype=torch.float32).to(device),
+                edges=tuple(on_device(m.edges) for m in self.maps),
+                values=tuple(on_device(m.values) for m in self.maps),
             )
         return self._tables[key]
 

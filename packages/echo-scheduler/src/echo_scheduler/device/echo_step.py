@@ -53,9 +53,8 @@ from echo_scheduler.device.layout import (
     DepthSlab,
     Frontier,
     child_parent_slot,
-    compact,
     key_ranks,
-    row_ranks,
+    row_band,
     tiered_key,
 )
 from echo_scheduler.device.layout import gate_signal as slab_signal
@@ -221,10 +220,9 @@ class FixedEchoStep:
             self.truncated_at = torch.where(~passed & (self.truncated_at > d), d, self.truncated_at)
         eligible = self._eligible(key, slab.valid, d)
         order = composite_key(key, slab.score)
-        band = eligible & (row_ranks(order, eligible) < self.config.topk)
+        band, front_slot, front_ok = row_band(order, eligible, self.config.topk)
         self.eligible.append(eligible)
         self.orders.append(order)
-        front_slot, front_ok = compact(band, self.config.topk)
         self.keys.append(key)
         self.slabs.append(slab)
         self.bands.append(band)

@@ -59,28 +59,29 @@ class Frontier:
     expand: Tensor
 
 
-def compact(mask: Tensor, width: int) -> tuple[Tensor, Tensor]:
-    """The first ``width`` True columns of every row of ``mask`` ([B, n] bool), ascending:
-    ``(slot [B, width] int64, ok [B, width] bool)``; rows with fewer are padded with slot 0 and
-    ``ok`` False. Column c goes to position ``cumsum(mask)_c - 1`` (one scatter; positions
-    past ``width`` land in a dropped column): fixed shape, no host sync."""
-    b, n = mask.shape
-    rank = torch.cumsum(mask.to(torch.int64), dim=1) - 1
-    target = torch.where(mask & (rank < width), rank, width)
-    cols = torch.arange(n, device=mask.device).expand(b, n)
-    out = torch.zeros(b, width + 1, dtype=torch.int64, device=mask.device)
-    slot = out.scatter_(1, target, cols)[:, :width]
-    ok = torch.arange(width, device=mask.device) < mask.sum(dim=1, keepdim=True)
-    return torch.where(ok, slot, 0), ok
+def row_band(order: Tensor, mask: Tensor, width: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Each row's first ``width`` ``mask`` elements by ``order`` descending, ties to the lower
+    column (``order`` [B, n] in [0, 2) where ``mask``, a :func:`~echo_scheduler.ranking.
+    composite_key`): ``(band [B, n] bool, slot [B, width] int64, ok [B, width] bool)``, the
+    band as a mask and compacted, its columns ascending; rows with fewer are padded with slot
+    0 and ``ok`` False.
 
-
-def row_ranks(order: Tensor, mask: Tensor) -> Tensor:
-    """Rank of every element among its row's ``mask`` elements by ``order`` descending, ties
-    to the lower column: ``#{j in mask: o_j > o_i or (o_j = o_i and j < i)}`` ([B, n] each,
-    [B, n] int64 out; meaningful where ``mask``). ``order`` in [0, 2) where ``mask`` (a
-    :func:`~echo_scheduler.ranking.composite_key`): :func:`key_ranks` of its
-    :func:`tiered_key`."""
-    return key_ranks(tiered_key(order), mask)
+    One stable row sort of the int64 key ``bits(order)`` where ``mask`` and -1 elsewhere
+    (:func:`tiered_key`: every masked element ahead of every other) puts the band in a row's
+    first ``width`` places; a sort of those ``width`` columns (the others moved past the last
+    column) lists them ascending. Fixed shape, no host sync."""
+    n = order.shape[1]
+    key = torch.where(mask, tiered_key(order), -1)
+    top = torch.sort(key, dim=1, descending=True, stable=True).indices[:, :width]
+    taken = mask.gather(1, top)
+    band = torch.zeros_like(mask).scatter_(1, top, taken)
+    slot = torch.sort(torch.where(taken, top, n), dim=1).values
+    ok = slot < n
+    if top.shape[1] < width:  # fewer columns than the band's width (a shape, not a value)
+        pad = width - top.shape[1]
+        slot = torch.nn.functional.pad(slot, (0, pad), value=n)
+        ok = torch.nn.functional.pad(ok, (0, pad), value=False)
+    return band, torch.where(ok, slot, 0), ok
 
 
 def key_ranks(key: Tensor, mask: Tensor) -> Tensor:
