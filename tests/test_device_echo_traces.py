@@ -42,7 +42,8 @@ def test_one_step_graph_per_shape_serves_every_recorded_step() -> None:
     """:class:`~echo_lab.replay.fixedstep.StepGraphs` on the CPU (the buffers' reload, re-run
     eagerly where CUDA would replay a graph): every captured step of a cell is served by the
     entry of its shape, with its own slabs, caps and prices loaded, and selects what it
-    selected in the replay; one entry per number of drafted depths."""
+    selected in the replay; one entry per number of drafted depths and closing (whether the
+    policy folded the deepest depth as the last, or decided there that nothing is expanded)."""
     cost = load_profiled(TRACES / "cost-gpu-h200-llama8b.json", "gpu")
     for batch in (16, 256):
         steps = capture_steps(TRACES / "trace-humaneval.json.gz", batch, 12, cost)
@@ -54,7 +55,8 @@ def test_one_step_graph_per_shape_serves_every_recorded_step() -> None:
             assert int(entry.scalars.budget) == step.prices.budget
             assert float(entry.scalars.min_utility) == pytest.approx(step.prices.min_utility)
             served.add((entry.scalars.min_utility.data_ptr(), step.prices.min_utility))
-        assert graphs.captures == len({s.depths for s in steps}) < len(steps)
+        assert graphs.captures == len({(s.depths, s.closed) for s in steps}) < len(steps)
+        assert not all(s.closed for s in steps)  # most steps end with nothing to expand
         assert len(served) > graphs.captures  # an entry served steps of different floors
 
 

@@ -43,13 +43,17 @@ from echo_scheduler.policies import make_policy
 
 @dataclass(frozen=True, slots=True)
 class CapturedStep:
-    """One drafted step of ``echo_device``: its inputs and its selection ([B, S] bool)."""
+    """One drafted step of ``echo_device``: its inputs and its selection ([B, S] bool).
+    ``closed``: whether the policy folded the deepest slab as the last depth (the depth cap, or
+    a mode that drafts depth 1 only); if not, it also decided there which entries to expand
+    (none, or the source ran dry), and a re-run does that work too."""
 
     config: PolicyConfig
     gate: GatePolicy
     prices: StepPrices
     slabs: tuple[DepthSlab, ...]
     keep: Tensor
+    closed: bool = True  # the policy folded the deepest slab as the last (no expansion decided)
 
     @property
     def depths(self) -> int:
@@ -85,7 +89,7 @@ def capture_steps(trace: Path, batch: int, steps: int, cost: ProfiledCost) -> li
         if fixed is not None and fixed.slabs:
             out.append(
                 CapturedStep(fixed.config, fixed.gate, fixed.prices, tuple(fixed.slabs),
-                             fixed.select())
+                             fixed.select(), fixed.closed)
             )  # fmt: skip
     return out
 
@@ -96,7 +100,7 @@ def run_step(step: CapturedStep, scalars: StepScalars | None = None) -> Tensor:
     fixed = FixedEchoStep(step.config, step.gate, step.prices, scalars)
     last = len(step.slabs) - 1
     for i, slab in enumerate(step.slabs):
-        fixed.fold_depth(slab, last=i == last)
+        fixed.fold_depth(slab, last=i == last and step.closed)
     return fixed.select()
 
 
@@ -156,6 +160,7 @@ def shape_key(step: CapturedStep) -> tuple[object, ...]:
         tuple(tuple(s.path.shape) for s in step.slabs),
         step.prices.explore_rows,
         step.prices.row_price is None,
+        step.closed,
         id(step.gate),
         step.config,
     )

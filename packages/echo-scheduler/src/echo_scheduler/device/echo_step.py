@@ -187,6 +187,7 @@ class FixedEchoStep:
         self.front_ok: list[Tensor] = []  # which compacted band entries are real: [B, k0]
         self.band_keys: list[Tensor] = []  # their keys, [B, k0]
         self.band_orders: list[Tensor] = []  # their composite_key, [B, k0]
+        self.closed = False  # the latest depth was folded as the last: nothing expanded
 
     @property
     def depth(self) -> int:
@@ -229,7 +230,8 @@ class FixedEchoStep:
         self.front_ok.append(front_ok)
         self.band_keys.append(key.gather(1, front_slot))
         self.band_orders.append(order.gather(1, front_slot))
-        if last or d >= self.config.max_depth:
+        self.closed = last or d >= self.config.max_depth
+        if self.closed:
             front = Frontier(front_slot, torch.zeros_like(front_ok))
         else:
             front = Frontier(front_slot, self._expand(slab, key, d, front_slot, front_ok))
