@@ -14,6 +14,10 @@ traces, the measured H200 cost model), serves each from held price buffers and r
 - ``ops``: the aten ops one step dispatches (mean over the cell's steps), recorded by
   :class:`echo_core.testing.OpTrace`: deterministic, the same on any CPU.
 
+Each side re-runs its steps with its own commit's code: from ``ac0f57f`` on, a re-run also
+makes the expansion decision the policy made at the deepest drafted depth, which earlier
+commits skipped, so compare two commits on the same side of it.
+
 Every child also checks that each re-run step selects what it captured. Prints, per cell, each
 commit's median over rounds [range] and the per-round ratio new / base: median [range].
 """

@@ -135,7 +135,9 @@ class AcceptanceMaps:
         float32 of that shape. With the depth fixed by the caller's code, not by data, the
         lookup needs no row encoding: ``searchsorted`` over that depth's float32 edges
         (``right``: ``#{j: e_j <= x}``; float ``<=`` already counts ``-0.0`` as ``+0.0``) and
-        one gather, the same values as :meth:`expected_accept` in fewer ops."""
+        one gather, the same values as :meth:`expected_accept` in fewer ops. NaN has no place
+        in either (a path log-prob is never NaN): here every NaN takes the last value, there
+        a NaN with its sign bit set takes the first."""
         t = self._device_tables(path_logprob.device)
         row = min(max(depth, 1), self.max_depth) - 1
         x = path_logprob.to(torch.float32).reshape(-1)

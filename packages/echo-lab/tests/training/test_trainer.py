@@ -43,3 +43,5 @@ def test_training_learns_a_cyclic_continuation_and_resumes(tmp_path: Path) -> No
     assert history2 == history
     for k, v in again.state_dict().items():
         torch.testing.assert_close(v, weights[k])
+    with pytest.raises(ValueError, match="other training data"):  # a subset: not this run's
+        train(tiny_head(), seqs[:30], seqs, _cfg(), tmp_path / "state.pt")

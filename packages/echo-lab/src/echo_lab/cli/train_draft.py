@@ -194,7 +194,11 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         seed=args.seed,
     )
-    history, train_s = train(head, train_seqs, heldout, cfg, work / "train_state.pt")
+    try:
+        history, train_s = train(head, train_seqs, heldout, cfg, work / "train_state.pt")
+    except ValueError as exc:  # a checkpoint of another config or other training data
+        print(f"echo-sd train-draft: error: {exc}", file=sys.stderr)
+        return 2
     weights, config = save_head(head, args.out)
     gen_s = json.loads(clock.read_text()).get("generate", 0.0) if clock.is_file() else 0.0
     report = {

@@ -9,7 +9,8 @@ step with no host sync, what a drafter that drafts the fixed layout would run.
 :func:`time_eager` times it as served, its prices loaded into held buffers (the device
 synchronized at the end, median of ``reps``).
 :class:`StepGraphs` serves steps from CUDA graphs, one per step shape (B, the slabs' shapes, the
-mode, the gate and whether a row price applies): a step of a shape already captured is
+mode, the gate, whether a row price applies and whether the deepest slab closed the step): a
+step of a shape already captured is
 copied into that graph's input buffers (slabs, caps, the :class:`~echo_scheduler.device.
 StepScalars` holding its prices and its latency model's table) and replayed, so one graph
 serves every step of its shape, across cost-model updates too.
@@ -53,7 +54,7 @@ class CapturedStep:
     prices: StepPrices
     slabs: tuple[DepthSlab, ...]
     keep: Tensor
-    closed: bool = True  # the policy folded the deepest slab as the last (no expansion decided)
+    closed: bool  # the policy folded the deepest slab as the last (no expansion decided)
 
     @property
     def depths(self) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -133,6 +134,14 @@ def _lr(step: int, total: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
+def data_signature(seqs: Sequence[DistilledSequence]) -> dict[str, int]:
+    """What a resumed training run must find unchanged in its training data: the number of
+    sequences and a CRC-32 of their ids in order (a run on another subset or on a work dir
+    that has grown since must not continue from this one's state)."""
+    ids = "\n".join(s.prompt_id for s in seqs).encode()
+    return {"sequences": len(seqs), "crc32": zlib.crc32(ids)}
+
+
 def train(
     head: EagleHead,
     train_seqs: Sequence[DistilledSequence],
@@ -165,6 +174,12 @@ def train(
         state = torch.load(state_path, weights_only=False)
         if state["config"] != asdict(cfg):
             raise ValueError(f"{state_path} was written with another TrainConfig; remove it")
+        data = data_signature(train_seqs)
+        if state.get("data", data) != data:  # states written before the signature: unchecked
+            raise ValueError(
+                f"{state_path} was written for other training data ({state['data']}, now "
+                f"{data}); remove it or train in another work dir"
+            )
         head.load_state_dict(state["head"])
         opt.load_state_dict(state["optimizer"])
         step, seconds = int(state["step"]), float(state["seconds"])
@@ -176,6 +191,7 @@ def train(
         torch.save(
             {
                 "config": asdict(cfg),
+                "data": data_signature(train_seqs),
                 "head": head.state_dict(),
                 "optimizer": opt.state_dict(),
                 "step": step,
