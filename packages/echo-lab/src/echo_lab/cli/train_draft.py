@@ -131,12 +131,17 @@ def _timed(path: Path, key: str, seconds: float) -> float:
     return float(data[key])
 
 
+def _error(exc: ValueError) -> int:
+    """Report a refused argument or state on stderr; the command's exit status."""
+    print(f"echo-sd train-draft: error: {exc}", file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         check_fraction(args.train_fraction)
     except ValueError as exc:
-        print(f"echo-sd train-draft: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(exc)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     work: Path = args.work_dir
@@ -162,8 +167,7 @@ def run(args: argparse.Namespace) -> int:
                 seed=args.seed,
             )
         except ValueError as exc:  # bad --prompts / --aux-layers, or shards of other layers
-            print(f"echo-sd train-draft: error: {exc}", file=sys.stderr)
-            return 2
+            return _error(exc)
         _timed(clock, "generate", time.perf_counter() - start)
     if args.stage == "generate":
         return 0
@@ -197,8 +201,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         history, train_s = train(head, train_seqs, heldout, cfg, work / "train_state.pt")
     except ValueError as exc:  # a checkpoint of another config or other training data
-        print(f"echo-sd train-draft: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(exc)
     weights, config = save_head(head, args.out)
     gen_s = json.loads(clock.read_text()).get("generate", 0.0) if clock.is_file() else 0.0
     report = {

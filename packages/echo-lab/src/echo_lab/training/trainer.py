@@ -170,11 +170,11 @@ def train(
     total_steps = sum(len(p) for p in plans)
     step, seconds = 0, 0.0
     history: list[DepthAgreement] = []
+    data = data_signature(train_seqs)
     if state_path.is_file():
         state = torch.load(state_path, weights_only=False)
         if state["config"] != asdict(cfg):
             raise ValueError(f"{state_path} was written with another TrainConfig; remove it")
-        data = data_signature(train_seqs)
         if state.get("data", data) != data:  # states written before the signature: unchecked
             raise ValueError(
                 f"{state_path} was written for other training data ({state['data']}, now "
@@ -191,7 +191,7 @@ def train(
         torch.save(
             {
                 "config": asdict(cfg),
-                "data": data_signature(train_seqs),
+                "data": data,
                 "head": head.state_dict(),
                 "optimizer": opt.state_dict(),
                 "step": step,
