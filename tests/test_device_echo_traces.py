@@ -79,3 +79,30 @@ def test_a_step_graph_serves_steps_after_the_cost_model_changes() -> None:
         changed += not torch.equal(fresh, step.keep)
     assert graphs.captures == captured
     assert changed > 0
+
+
+# inductor's own import of torch.jit.script_method warns (torch 2.13), which the suite makes an error
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_a_compiled_step_per_shape_decides_as_the_eager_step() -> None:
+    """``StepGraphs(compiled=True)`` on the CPU: one ``torch.compile`` per step shape (whole
+    graph: a host read would fail it) serves every captured step of a cell, then the same steps
+    re-priced by another latency model, without compiling again, each selecting what the eager
+    step selects."""
+    from torch._dynamo.utils import counters
+
+    cost = load_profiled(TRACES / "cost-gpu-h200-llama8b.json", "gpu")
+    steps = capture_steps(TRACES / "trace-humaneval.json.gz", 16, 8, cost)
+    graphs = StepGraphs(compiled=True)
+    before = counters["stats"]["unique_graphs"]
+    for step in steps:
+        assert torch.equal(graphs.run(step), step.keep)
+    compiled = counters["stats"]["unique_graphs"] - before
+    assert compiled == graphs.captures == len({(s.depths, s.closed) for s in steps})
+    changed = 0
+    for step in steps:
+        other = repriced(step, STEEP)
+        fresh = run_step(other)
+        assert torch.equal(graphs.run(other), fresh)
+        changed += not torch.equal(fresh, step.keep)
+    assert counters["stats"]["unique_graphs"] - before == compiled
+    assert changed > 0

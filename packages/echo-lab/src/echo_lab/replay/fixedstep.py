@@ -14,16 +14,22 @@ step of a shape already captured is
 copied into that graph's input buffers (slabs, caps, the :class:`~echo_scheduler.device.
 StepScalars` holding its prices and its latency model's table) and replayed, so one graph
 serves every step of its shape, across cost-model updates too.
-On the CPU the same buffers are re-run eagerly (the reload logic, without a graph).
+On the CPU the same buffers are re-run eagerly (the reload logic, without a graph), or, with
+``StepGraphs(compiled=True)``, by a ``torch.compile`` of the step over them (one per shape,
+``fullgraph``: a graph break, such as a host read, fails the compile): the CPU's counterpart of
+a graph, which fuses the step's few-microsecond ops into a handful of C++ loops.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -152,6 +158,21 @@ def time_eager(step: CapturedStep, reps: int = 5) -> float:
     return _median_ms(served, device, reps)
 
 
+def time_served(graphs: StepGraphs, step: CapturedStep, reps: int = 5) -> float:
+    """Median ms of ``step`` served by its entry in ``graphs`` (captured, and on the CPU with
+    ``compiled`` compiled, when its shape is first seen; untimed): its inputs loaded once, then
+    each timed run reloads the prices and replays, as :func:`time_eager` runs the step."""
+    entry = graphs.prepare(step)
+    device = step.prices.caps.device
+
+    def served() -> Tensor:
+        entry.scalars.load(step.prices)
+        return entry.replay()
+
+    served()
+    return _median_ms(served, device, reps)
+
+
 def shape_key(step: CapturedStep) -> tuple[object, ...]:
     """What one graph of the step bakes in (module docstring): equal keys, one graph. The gate
     enters by identity; the graph's entry keeps it alive (in its captured step), so an id is
@@ -177,6 +198,7 @@ class _Graphed:
     scalars: StepScalars
     graph: torch.cuda.CUDAGraph | None
     keep: Tensor
+    compiled: Callable[[], Tensor] | None = None  # the CPU's compiled step over the buffers
 
     def load(self, step: CapturedStep) -> None:
         """Copy ``step``'s inputs into the buffers (device-side copies and fills)."""
@@ -188,18 +210,24 @@ class _Graphed:
         self.scalars.load(step.prices)
 
     def replay(self) -> Tensor:
-        if self.graph is None:  # the CPU: the same buffers, re-run
-            self.keep = run_step(self.static, self.scalars)
-        else:
+        if self.graph is not None:
             self.graph.replay()
+        elif self.compiled is not None:
+            self.keep = self.compiled()
+        else:  # the CPU: the same buffers, re-run
+            self.keep = run_step(self.static, self.scalars)
         return self.keep
 
 
 class StepGraphs:
-    """Captured steps served from one graph per :func:`shape_key` (module docstring)."""
+    """Captured steps served from one graph per :func:`shape_key` (module docstring).
+    ``compiled``: on the CPU, serve each shape by a ``torch.compile`` of the step over its
+    buffers (compiled when the shape is first seen: seconds per shape) instead of re-running
+    it eagerly; ignored on CUDA, where the graph is the fusion."""
 
-    def __init__(self) -> None:
+    def __init__(self, compiled: bool = False) -> None:
         self.graphs: dict[tuple[object, ...], _Graphed] = {}
+        self.compiled = compiled
 
     @property
     def captures(self) -> int:
@@ -226,8 +254,7 @@ class StepGraphs:
         device = step.prices.caps.device
         return _median_ms(entry.replay, device, reps), same
 
-    @staticmethod
-    def _capture(step: CapturedStep) -> _Graphed:
+    def _capture(self, step: CapturedStep) -> _Graphed:
         device = step.prices.caps.device
         slabs = tuple(
             DepthSlab(s.path.clone(), s.draft.clone(), s.valid.clone()) for s in step.slabs
@@ -238,7 +265,10 @@ class StepGraphs:
             prices, device, layout_rows(step.config, int(prices.caps.shape[0]))
         )
         if device.type != "cuda":
-            return _Graphed(static, scalars, None, run_step(static, scalars))
+            if not self.compiled:
+                return _Graphed(static, scalars, None, run_step(static, scalars))
+            step_fn = compiled_step(static, scalars)
+            return _Graphed(static, scalars, None, step_fn(), step_fn)
         stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):  # warm up off the capture (allocator, cached map tables)
@@ -249,3 +279,23 @@ class StepGraphs:
         with torch.cuda.graph(graph):
             keep = run_step(static, scalars)
         return _Graphed(static, scalars, graph, keep)
+
+
+def compiled_step(static: CapturedStep, scalars: StepScalars) -> Callable[[], Tensor]:
+    """``run_step(static, scalars)`` compiled by ``torch.compile`` (``fullgraph``, static
+    shapes) for the buffers' shape: calling it runs the step on whatever the buffers hold now.
+    Compiles on its first call.
+
+    Each call of this function compiles a copy of the step's code object under its own name:
+    dynamo keeps its graphs per code object and falls back to eager past
+    ``recompile_limit`` (8) of them, which the shapes of a few cells would reach on one."""
+
+    def step() -> Tensor:
+        return run_step(static, scalars)
+
+    code = step.__code__.replace(co_name=f"fixed_step_{next(_COMPILED)}")
+    fresh = types.FunctionType(code, step.__globals__, code.co_name, None, step.__closure__)
+    return cast(Callable[[], Tensor], torch.compile(fresh, dynamic=False, fullgraph=True))
+
+
+_COMPILED = itertools.count()
