@@ -81,7 +81,7 @@ def test_a_step_graph_serves_steps_after_the_cost_model_changes() -> None:
     assert changed > 0
 
 
-# inductor's own import of torch.jit.script_method warns (torch 2.13), which the suite makes an error
+# inductor imports torch.jit.script_method, which warns (torch 2.13); the suite makes that an error
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 def test_a_compiled_step_per_shape_decides_as_the_eager_step() -> None:
     """``StepGraphs(compiled=True)`` on the CPU: one ``torch.compile`` per step shape (whole
