@@ -20,6 +20,9 @@ others), results gathered into one JSON summary:
 7. ``fixed``: ECHO's fixed-layout step (echo_scheduler.device) on the device, eager and
    replayed from one CUDA graph per step shape (later steps reload its buffers), with its host
    syncs and its selections checked (:mod:`gpu_check.fixed_step`).
+8. ``fixed-compiled``: the same step compiled by ``torch.compile`` once per shape and captured
+   in that shape's graph, at B = 256 on one trace, its selections checked against the eager
+   step's and both timed (:func:`gpu_check.fixed_step.run_fixed_compiled`).
 
 On the device the parts run in ``ALL_PARTS`` order (``--parts`` picks some): the profiles first,
 then engine, attention, the tier and the sweep; the summary is rewritten after every part, so a
@@ -49,11 +52,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 PART_TIMEOUT_S = {
     "cost": 120, "cost-triton": 150, "engine": 120, "attention": 90, "tier": 220, "tiles": 150,
-    "schedule": 240, "fixed": 150,
+    "schedule": 240, "fixed": 150, "fixed-compiled": 240,
 }  # fmt: skip
 """Seconds per part on the GPU (``--parts`` picks some; all of them need more than the script's
 570 s limit only if every part runs to its timeout: the first H200 run took 102 s for four)."""
-ALL_PARTS = ("cost", "cost-triton", "engine", "attention", "tier", "tiles", "schedule", "fixed")
+ALL_PARTS = (
+    "cost", "cost-triton", "engine", "attention", "tier", "tiles", "schedule", "fixed",
+    "fixed-compiled",
+)  # fmt: skip
 DRY_TIMEOUT_S = 120
 GPU_MODULES = ("echo_core", "echo_gating", "echo_scheduler", "echo_kernels", "echo_sglang")
 SERVER_SUBPACKAGES = ("engine", "model", "drafting", "kv")
@@ -174,6 +180,12 @@ def run_part(part: str, dry: bool) -> dict[str, Any]:
         if dry:
             return run_fixed_step(device, CPU_BATCHES, 3, TRACES[:1])
         return run_fixed_step(device, GPU_BATCHES)
+    if part == "fixed-compiled":
+        from gpu_check.fixed_step import COMPILED_BATCHES, CPU_BATCHES, run_fixed_compiled
+
+        if dry:
+            return run_fixed_compiled(device, CPU_BATCHES, 3)
+        return run_fixed_compiled(device, COMPILED_BATCHES)
     if part in ("cost", "cost-triton"):
         from gpu_check.cost_profile import LLAMA31_8B, TINY, run_cost_profile
 
@@ -268,6 +280,12 @@ def _report(part: str, result: dict[str, Any], out: Path) -> None:
 
         print(f"ECHO's fixed-layout step on {result['device']}:", flush=True)
         for line in format_cells(result):
+            print(line, flush=True)
+    if part == "fixed-compiled" and "cells" in result:
+        from gpu_check.fixed_step import format_compiled
+
+        print(f"ECHO's fixed-layout step compiled, on {result['device']}:", flush=True)
+        for line in format_compiled(result):
             print(line, flush=True)
     if part == "tiles" and "shapes" in result:
         from gpu_check.tile_sweep import format_sweep

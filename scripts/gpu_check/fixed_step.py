@@ -15,11 +15,19 @@ and no graph was added; ``repriced_changed``: steps whose selection the new curv
 that the check is not vacuous). Medians over steps. The dry run (CPU)
 runs the eager part and the buffers' reload (re-run eagerly, no graph) at one batch size on one
 trace.
+
+:func:`run_fixed_compiled` (the ``fixed-compiled`` part) serves the same steps by
+``StepGraphs(compiled=True)``: one ``torch.compile`` of the step per shape (inductor's fused
+kernels; on CUDA captured in the shape's graph), compiled at the shape's first step
+(``compile_s``, all shapes), each selection compared with the eager one (``compiled_same``), the
+replays timed (``compiled_ms``) beside the eager step (``eager_ms``). Compiling takes seconds
+per shape, so the GPU run covers B = 256 on one trace.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +45,20 @@ from echo_lab.replay.fixedstep import (
     time_eager,
 )
 
-__all__ = ["CPU_BATCHES", "GPU_BATCHES", "TRACES", "format_cells", "run_fixed_step"]
+__all__ = [
+    "COMPILED_BATCHES",
+    "CPU_BATCHES",
+    "GPU_BATCHES",
+    "TRACES",
+    "format_cells",
+    "format_compiled",
+    "run_fixed_compiled",
+    "run_fixed_step",
+]
 
 STEPS = 12
+COMPILED_BATCHES = (256,)
+"""The compiled part's batch on the GPU: issue #44's goal (0.1 ms a step at B = 256)."""
 
 
 def run_fixed_step(
@@ -113,5 +132,60 @@ def format_cells(result: dict[str, Any]) -> list[str]:
             f"{c['graph_ms'] if c['graph_ms'] is not None else '-':>9} "
             f"{c['graph_same']!s:>8} {c['graphs']:>6} {c['repriced_same']!s:>8} "
             f"{c['repriced_changed']:>7}"
+        )
+    return lines
+
+
+def run_fixed_compiled(
+    device: torch.device,
+    batches: tuple[int, ...],
+    steps: int = STEPS,
+    traces: tuple[Path, ...] = TRACES[:1],
+) -> dict[str, Any]:
+    """The compiled cells of the module docstring as a JSON-ready dict; ``ok`` when every
+    compiled selection equals the eager one."""
+    cost = load_profiled(GPU_COST, "gpu")
+    reps = 20 if device.type == "cuda" else 1
+    cells = []
+    ok = True
+    for trace in traces:
+        name = trace.name.removeprefix("trace-").split(".")[0]
+        for b in batches:
+            captured = [s.to(device) for s in capture_steps(trace, b, steps, cost)]
+            graphs = StepGraphs(compiled=True)
+            began = time.perf_counter()
+            for step in captured:
+                graphs.prepare(step)
+            compile_s = time.perf_counter() - began
+            eager, compiled, same = [], [], True
+            for step in captured:
+                eager.append(time_eager(step, reps=reps))
+                ms, equal = graphs.time(step, reps=reps)
+                compiled.append(ms)
+                same &= equal
+            cells.append({
+                "trace": name,
+                "batch": b,
+                "steps": len(captured),
+                "graphs": graphs.captures,
+                "compile_s": round(compile_s, 2),
+                "eager_ms": round(statistics.median(eager), 4) if eager else None,
+                "compiled_ms": round(statistics.median(compiled), 4) if compiled else None,
+                "compiled_same": same,
+            })  # fmt: skip
+            ok &= same
+    return {"device": str(device), "cost_file": GPU_COST.name, "cells": cells, "ok": ok}
+
+
+def format_compiled(result: dict[str, Any]) -> list[str]:
+    """One printed line per compiled cell."""
+    lines = [f"{'trace':<10} {'B':>4} {'steps':>5} {'graphs':>6} {'compile s':>9} "
+             f"{'eager ms':>9} {'comp ms':>9} {'same':>5}"]  # fmt: skip
+    for c in result["cells"]:
+        lines.append(
+            f"{c['trace']:<10} {c['batch']:>4} {c['steps']:>5} {c['graphs']:>6} "
+            f"{c['compile_s']:>9} {c['eager_ms'] if c['eager_ms'] is not None else '-':>9} "
+            f"{c['compiled_ms'] if c['compiled_ms'] is not None else '-':>9} "
+            f"{'yes' if c['compiled_same'] else 'NO':>5}"
         )
     return lines

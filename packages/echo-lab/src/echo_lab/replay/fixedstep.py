@@ -17,7 +17,8 @@ serves every step of its shape, across cost-model updates too.
 On the CPU the same buffers are re-run eagerly (the reload logic, without a graph), or, with
 ``StepGraphs(compiled=True)``, by a ``torch.compile`` of the step over them (one per shape,
 ``fullgraph``: a graph break, such as a host read, fails the compile): the CPU's counterpart of
-a graph, which fuses the step's few-microsecond ops into a handful of C++ loops.
+a graph, which fuses the step's few-microsecond ops into a handful of C++ loops. On CUDA,
+``compiled`` captures the compiled step (inductor's Triton kernels) in the shape's graph.
 """
 
 from __future__ import annotations
@@ -221,9 +222,10 @@ class _Graphed:
 
 class StepGraphs:
     """Captured steps served from one graph per :func:`shape_key` (module docstring).
-    ``compiled``: on the CPU, serve each shape by a ``torch.compile`` of the step over its
-    buffers (compiled when the shape is first seen: seconds per shape) instead of re-running
-    it eagerly; ignored on CUDA, where the graph is the fusion."""
+    ``compiled``: serve each shape by a ``torch.compile`` of the step over its buffers
+    (compiled when the shape is first seen: seconds per shape): on the CPU instead of
+    re-running it eagerly, on CUDA captured in the shape's graph (inductor's fused kernels
+    instead of one kernel per aten op)."""
 
     def __init__(self, compiled: bool = False) -> None:
         self.graphs: dict[tuple[object, ...], _Graphed] = {}
@@ -264,20 +266,24 @@ class StepGraphs:
         scalars = StepScalars.of(
             prices, device, layout_rows(step.config, int(prices.caps.shape[0]))
         )
+        compiled = compiled_step(static, scalars) if self.compiled else None
         if device.type != "cuda":
-            if not self.compiled:
+            if compiled is None:
                 return _Graphed(static, scalars, None, run_step(static, scalars))
-            step_fn = compiled_step(static, scalars)
-            return _Graphed(static, scalars, None, step_fn(), step_fn)
+            return _Graphed(static, scalars, None, compiled(), compiled)
+
+        def run() -> Tensor:
+            return run_step(static, scalars) if compiled is None else compiled()
+
         stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):  # warm up off the capture (allocator, cached map tables)
+        with torch.cuda.stream(stream):  # warm up off the capture (allocator, map tables, compile)
             for _ in range(2):
-                run_step(static, scalars)
+                run()
         torch.cuda.current_stream(device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            keep = run_step(static, scalars)
+            keep = run()
         return _Graphed(static, scalars, graph, keep)
 
 
