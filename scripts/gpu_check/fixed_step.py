@@ -20,8 +20,9 @@ trace.
 ``StepGraphs(compiled=True)``: one ``torch.compile`` of the step per shape (inductor's fused
 kernels; on CUDA captured in the shape's graph), compiled at the shape's first step
 (``compile_s``, all shapes), each selection compared with the eager one (``compiled_same``), the
-replays timed (``compiled_ms``) beside the eager step (``eager_ms``). Compiling takes seconds
-per shape, so the GPU run covers B = 256 on one trace.
+replays timed with the prices reloaded each run (``compiled_ms``, :func:`~echo_lab.replay.
+fixedstep.time_served`) beside the eager step, which reloads them too (``eager_ms``).
+Compiling takes seconds per shape, so the GPU run covers B = 256 on one trace.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from echo_lab.replay.fixedstep import (
     repriced,
     run_step,
     time_eager,
+    time_served,
 )
 
 __all__ = [
@@ -160,9 +162,8 @@ def run_fixed_compiled(
             eager, compiled, same = [], [], True
             for step in captured:
                 eager.append(time_eager(step, reps=reps))
-                ms, equal = graphs.time(step, reps=reps)
-                compiled.append(ms)
-                same &= equal
+                same &= graphs.time(step, reps=1)[1]
+                compiled.append(time_served(graphs, step, reps=reps))  # prices reloaded, as eager
             cells.append({
                 "trace": name,
                 "batch": b,

@@ -9,7 +9,9 @@ Per (trace, B), one torch thread, ``--rounds`` interleaved rounds; each round ti
 - ``compiled`` (with ``--compiled``): the same steps served by
   :class:`echo_lab.replay.fixedstep.StepGraphs` ``(compiled=True)``, one ``torch.compile`` of
   the step per step shape over held buffers (compiled before the first round, untimed; the
-  seconds it took are printed per cell), median over steps;
+  seconds it took are printed per cell), its prices reloaded per run as ``fixed``'s are (the
+  slabs' copy into the buffers untimed: :func:`~echo_lab.replay.fixedstep.time_served`),
+  median over steps;
 - ``echo``, ``echo_device``, ``chain/n=1``: the replay's host time per step
   (:func:`echo_lab.replay.hosttime.host_rows`: every policy call, ``observe`` and the floor),
   median over steps. ``echo_device`` adds the packed-pool conversion (the adapter) to ``fixed``
@@ -73,7 +75,7 @@ def main() -> None:
             steps = capture_steps(trace, b, args.steps, cost)
             with HostSyncCounter() as syncs:
                 same = all(torch.equal(run_step(s), s.keep) for s in steps)
-            graphs = StepGraphs(compiled=True)
+            graphs = StepGraphs(compiled=args.compiled)
             began = time.perf_counter()
             if args.compiled:  # compile every shape before timing
                 same &= all(torch.equal(graphs.run(s), s.keep) for s in steps)

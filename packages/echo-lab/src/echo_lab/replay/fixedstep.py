@@ -160,9 +160,11 @@ def time_eager(step: CapturedStep, reps: int = 5) -> float:
 
 
 def time_served(graphs: StepGraphs, step: CapturedStep, reps: int = 5) -> float:
-    """Median ms of ``step`` served by its entry in ``graphs`` (captured, and on the CPU with
+    """Median ms of ``step`` served by its entry in ``graphs`` (captured, and with
     ``compiled`` compiled, when its shape is first seen; untimed): its inputs loaded once, then
-    each timed run reloads the prices and replays, as :func:`time_eager` runs the step."""
+    each timed run reloads the prices and replays, as :func:`time_eager` reloads them and runs
+    the step. The copy of the slabs into the entry's buffers is not timed: a drafter of the
+    fixed layout would write them there."""
     entry = graphs.prepare(step)
     device = step.prices.caps.device
 
@@ -284,7 +286,7 @@ class StepGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             keep = run()
-        return _Graphed(static, scalars, graph, keep)
+        return _Graphed(static, scalars, graph, keep, compiled)  # owns what its graph runs
 
 
 def compiled_step(static: CapturedStep, scalars: StepScalars) -> Callable[[], Tensor]:
@@ -293,8 +295,9 @@ def compiled_step(static: CapturedStep, scalars: StepScalars) -> Callable[[], Te
     Compiles on its first call.
 
     Each call of this function compiles a copy of the step's code object under its own name:
-    dynamo keeps its graphs per code object and falls back to eager past
-    ``recompile_limit`` (8) of them, which the shapes of a few cells would reach on one."""
+    dynamo keeps its graphs per code object, at most ``recompile_limit`` (8) of them, and with
+    ``fullgraph`` the ninth shape on one code object would raise; the shapes of a few cells
+    reach that."""
 
     def step() -> Tensor:
         return run_step(static, scalars)
