@@ -12,7 +12,14 @@ import torch
 
 from echo_lab.replay.arms import DEVICE_ARM, default_arms, optional_arms
 from echo_lab.replay.costs import load_profiled
-from echo_lab.replay.fixedstep import STEEP, StepGraphs, capture_steps, repriced, run_step
+from echo_lab.replay.fixedstep import (
+    STEEP,
+    CapturedStep,
+    StepGraphs,
+    capture_steps,
+    repriced,
+    run_step,
+)
 from echo_lab.replay.run import calibrate_rows, compose_steps, drive_arm, split_warmup
 from echo_lab.sim.rows import load_rows
 
@@ -72,14 +79,8 @@ def test_a_step_graph_serves_steps_after_the_cost_model_changes() -> None:
     for step in steps:
         graphs.prepare(step)
     captured = graphs.captures
-    changed = 0
-    for step in steps:
-        other = repriced(step, STEEP)
-        fresh = run_step(other)
-        assert torch.equal(graphs.run(other), fresh)
-        changed += not torch.equal(fresh, step.keep)
+    assert serve_repriced(graphs, steps) > 0
     assert graphs.captures == captured
-    assert changed > 0
 
 
 # inductor imports torch.jit.script_method, which warns (torch 2.13); the suite makes that an error
@@ -100,15 +101,21 @@ def test_a_compiled_step_per_shape_decides_as_the_eager_step() -> None:
         assert torch.equal(graphs.run(step), step.keep)
     compiled = counters["stats"]["unique_graphs"] - before
     assert compiled == graphs.captures == len({(s.depths, s.closed) for s in steps})
+    assert serve_repriced(graphs, steps) > 0
+    assert counters["stats"]["unique_graphs"] - before == compiled
+    # every shape compiles its own code object, so no shape meets dynamo's per-code limit
+    fns = [inspect.unwrap(e.compiled) for e in graphs.graphs.values() if e.compiled is not None]
+    codes = {fn.__code__ for fn in fns}
+    assert len(codes) == graphs.captures
+
+
+def serve_repriced(graphs: StepGraphs, steps: list[CapturedStep]) -> int:
+    """Serve every step re-priced by :data:`STEEP` from ``graphs``, asserting each selects what
+    a fresh eager step under that model selects; the number of selections the model changed."""
     changed = 0
     for step in steps:
         other = repriced(step, STEEP)
         fresh = run_step(other)
         assert torch.equal(graphs.run(other), fresh)
         changed += not torch.equal(fresh, step.keep)
-    assert counters["stats"]["unique_graphs"] - before == compiled
-    assert changed > 0
-    # every shape compiles its own code object, so no shape meets dynamo's per-code limit
-    fns = [inspect.unwrap(e.compiled) for e in graphs.graphs.values() if e.compiled is not None]
-    codes = {fn.__code__ for fn in fns}
-    assert len(codes) == graphs.captures
+    return changed

@@ -148,15 +148,10 @@ def time_eager(step: CapturedStep, reps: int = 5) -> float:
     :func:`run_step` on them, as ``DeviceEchoPolicy`` serves consecutive steps. The latency
     table is filled before timing: a served step refills it only when the cost model changes,
     and at B = 256 filling it alone costs about as much as a step on the CPU."""
-    device = step.prices.caps.device
-    scalars = StepScalars.of(step.prices, device, layout_rows(step.config, step.batch_size))
-
-    def served() -> Tensor:
-        scalars.load(step.prices)
-        return run_step(step, scalars)
-
-    served()
-    return _median_ms(served, device, reps)
+    scalars = StepScalars.of(
+        step.prices, step.prices.caps.device, layout_rows(step.config, step.batch_size)
+    )
+    return _time_loaded(step, scalars, lambda: run_step(step, scalars), reps)
 
 
 def time_served(graphs: StepGraphs, step: CapturedStep, reps: int = 5) -> float:
@@ -166,14 +161,20 @@ def time_served(graphs: StepGraphs, step: CapturedStep, reps: int = 5) -> float:
     the step. The copy of the slabs into the entry's buffers is not timed: a drafter of the
     fixed layout would write them there."""
     entry = graphs.prepare(step)
-    device = step.prices.caps.device
+    return _time_loaded(step, entry.scalars, entry.replay, reps)
+
+
+def _time_loaded(
+    step: CapturedStep, scalars: StepScalars, run: Callable[[], Tensor], reps: int
+) -> float:
+    """Median ms of ``step``'s prices loaded into ``scalars`` and ``run`` (after one warm-up)."""
 
     def served() -> Tensor:
-        entry.scalars.load(step.prices)
-        return entry.replay()
+        scalars.load(step.prices)
+        return run()
 
     served()
-    return _median_ms(served, device, reps)
+    return _median_ms(served, step.prices.caps.device, reps)
 
 
 def shape_key(step: CapturedStep) -> tuple[object, ...]:
