@@ -35,3 +35,38 @@ def test_a_bad_train_fraction_is_refused_before_any_work(
     assert run(args) == 2
     assert "fraction must lie in (0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "w").exists()  # nothing loaded, nothing written
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["train-draft", *argv])
+
+
+def test_the_archive_stage_needs_a_path_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(_args("--stage", "archive", "--work-dir", str(tmp_path / "w"))) == 2
+    assert "--stage archive needs --archive" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_fresh_work_dir_restores_the_archive_instead_of_decoding(tmp_path: Path) -> None:
+    """Generate two prompts' answers with --archive; a second work dir given the same archive
+    rebuilds both by teacher forcing and decodes nothing (its generation writes no new shard
+    beyond the restored ones), and the archive then holds the same sequences."""
+    from echo_lab.training.archive import read_archive
+    from echo_lab.training.dataset import load_sequences
+
+    archive = tmp_path / "tokens.safetensors.gz"
+    common = ("--stage", "generate", "--prompts", "2", "--max-tokens", "4", "--aux-layers")
+    assert run(_args(*common, "--work-dir", str(tmp_path / "a"), "--archive", str(archive))) == 0
+    first = read_archive(archive).sequences
+    assert len(first) == 2
+    assert run(_args(*common, "--work-dir", str(tmp_path / "b"), "--archive", str(archive))) == 0
+    assert read_archive(archive).sequences == first
+    restored = load_sequences(tmp_path / "b" / "data")
+    assert sorted((s.prompt_id, s.tokens) for s in restored) == sorted(
+        (s.sequence_id, list(s.tokens)) for s in first
+    )
+    assert len(list((tmp_path / "b" / "data").glob("shard_*.safetensors"))) == 1

@@ -10,6 +10,12 @@ Two resumable stages (``--stage all`` runs both; rerunning the same command cont
    unless ``--no-aux``) trained with unrolled depths, checkpointed every ``--checkpoint-every``
    steps (:mod:`echo_lab.training.trainer`).
 
+With ``--archive PATH`` (:mod:`echo_lab.training.archive`) the generate stage first rebuilds the
+archived sequences' features by a teacher-forced target forward (minutes, not the hours of
+decoding) and restores the chat-query cache, then generates what is missing and archives the
+tokens of everything generated; ``--stage archive`` writes the archive from the work dir alone
+(to keep a long generation's progress).
+
 Writes the head (``--out``: ``.safetensors`` + ``.json``) and ``<out>.train.json`` with the data
 and training statistics (sizes, wall times, held-out teacher-forced top-1 agreement per depth).
 """
@@ -26,6 +32,7 @@ from typing import Any
 import structlog
 import torch
 
+from echo_lab.training.archive import archive_work, restore_work
 from echo_lab.training.dataset import (
     check_fraction,
     coverage,
@@ -51,8 +58,14 @@ DEFAULTS = TrainConfig()
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("train-draft", help="self-distil the target and train the EAGLE draft head")
-    p.add_argument("--stage", choices=("all", "generate", "train"), default="all")
+    p.add_argument("--stage", choices=("all", "generate", "train", "archive"), default="all")
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
+    p.add_argument(
+        "--archive",
+        type=Path,
+        default=None,
+        help="token archive (.safetensors.gz) to restore the data from and save it to",
+    )
     p.add_argument("--out", type=Path, default=DEFAULT_HEAD, help="head path (.safetensors)")
     p.add_argument("--model", default=None, help="GGUF file or HF directory (default: embedded)")
     p.add_argument("--prompts", type=int, default=2000, help="training prompts to answer")
@@ -140,6 +153,8 @@ def _error(exc: ValueError) -> int:
 def run(args: argparse.Namespace) -> int:
     try:
         check_fraction(args.train_fraction)
+        if args.stage == "archive" and args.archive is None:
+            raise ValueError("--stage archive needs --archive PATH")
     except ValueError as exc:
         return _error(exc)
     torch.set_num_threads(args.threads)
@@ -148,25 +163,37 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     data_dir, clock = work / "data", work / "wall_seconds.json"
     loaded = load_model(args.model)
+    name = loaded.source.name
+    chat_cache = work / "chat-queries.jsonl"
+    if args.stage == "archive":
+        try:
+            n = archive_work(data_dir, chat_cache, args.archive, name)
+        except ValueError as exc:  # an unreadable archive at that path
+            return _error(exc)
+        print(f"{n} sequences -> {args.archive} ({args.archive.stat().st_size / 1e6:.1f} MB)")
+        return 0
     if args.stage in ("all", "generate"):
         start = time.perf_counter()
         try:
+            aux_layers = aux_layers_for(args.aux_layers, loaded.model.config.num_layers)
+            if args.archive is not None and args.archive.is_file():
+                restore_work(loaded.model, args.archive, name, data_dir, chat_cache, aux_layers)
             prompts = build_prompts(args.prompts, seed=args.seed)
-            prompts += chat_queries(
-                loaded, args.chat_queries, work / "chat-queries.jsonl", seed=args.seed
-            )
+            prompts += chat_queries(loaded, args.chat_queries, chat_cache, seed=args.seed)
             generate_dataset(
                 loaded,
                 prompts,
                 data_dir,
                 max_tokens=args.max_tokens,
                 max_batch=args.gen_batch,
-                aux_layers=aux_layers_for(args.aux_layers, loaded.model.config.num_layers),
+                aux_layers=aux_layers,
                 samples=args.samples_per_prompt,
                 temperature=args.sample_temperature,
                 seed=args.seed,
             )
-        except ValueError as exc:  # bad --prompts / --aux-layers, or shards of other layers
+            if args.archive is not None:
+                archive_work(data_dir, chat_cache, args.archive, name)
+        except ValueError as exc:  # bad --prompts / --aux-layers / archive, or other layers
             return _error(exc)
         _timed(clock, "generate", time.perf_counter() - start)
     if args.stage == "generate":
@@ -178,7 +205,6 @@ def run(args: argparse.Namespace) -> int:
     model = loaded.model
     special = sorted(loaded.tokenizer.eos_ids)
     vocab = draft_vocabulary(train_seqs, args.draft_vocab, special)
-    name = loaded.source.name
     stored = stored_aux_layers(data_dir) or ()
     aux_layers = () if args.no_aux else stored
     shape = default_config(
