@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from echo_lab.cli.train_draft import add_parser, aux_layers_for, default_aux_layers, run
+from echo_lab.cli.train_draft import (
+    add_parser,
+    aux_layers_for,
+    default_aux_layers,
+    interleave,
+    run,
+)
+from echo_server.prompts import Prompt
 
 
 def test_default_aux_layers_are_low_middle_high() -> None:
@@ -70,3 +77,12 @@ def test_a_fresh_work_dir_restores_the_archive_instead_of_decoding(tmp_path: Pat
         (s.sequence_id, list(s.tokens)) for s in first
     )
     assert len(list((tmp_path / "b" / "data").glob("shard_*.safetensors"))) == 1
+
+
+def test_built_and_chat_prompts_are_interleaved_in_proportion() -> None:
+    built = [Prompt(f"b/{i}", "x", False) for i in range(6)]
+    chat = [Prompt(f"c/{i}", "y", True) for i in range(3)]
+    ids = [p.prompt_id for p in interleave(built, chat)]
+    assert ids == ["b/0", "c/0", "b/1", "b/2", "c/1", "b/3", "b/4", "c/2", "b/5"]
+    assert interleave(built, []) == built
+    assert interleave([], chat) == chat

@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ from echo_server.assets import DEFAULT_HEAD
 from echo_server.drafting.eagle_checkpoint import head_paths, save_head
 from echo_server.drafting.eagle_head import EagleHead, default_config
 from echo_server.model.loader import load_model
+from echo_server.prompts import Prompt
 
 log = structlog.get_logger(__name__)
 
@@ -136,6 +138,15 @@ def aux_layers_for(requested: list[int] | None, num_layers: int) -> tuple[int, .
     return tuple(sorted(set(requested)))
 
 
+def interleave(first: Sequence[Prompt], second: Sequence[Prompt]) -> list[Prompt]:
+    """Both lists merged in proportion, each in its own order: element ``i`` of a list of ``n``
+    at ``(i + 1/2) / n``, ties to ``first``. Generation admits prompts in this order, so a run
+    stopped early holds both kinds in the mix the full run would."""
+    keyed = [((i + 0.5) / len(first), 0, p) for i, p in enumerate(first)]
+    keyed += [((i + 0.5) / len(second), 1, p) for i, p in enumerate(second)]
+    return [p for _, _, p in sorted(keyed, key=lambda x: (x[0], x[1]))]
+
+
 def _timed(path: Path, key: str, seconds: float) -> float:
     """Add ``seconds`` to the running total ``key`` in ``path`` (JSON); return the total."""
     data = json.loads(path.read_text()) if path.is_file() else {}
@@ -178,8 +189,10 @@ def run(args: argparse.Namespace) -> int:
             aux_layers = aux_layers_for(args.aux_layers, loaded.model.config.num_layers)
             if args.archive is not None and args.archive.is_file():
                 restore_work(loaded.model, args.archive, name, data_dir, chat_cache, aux_layers)
-            prompts = build_prompts(args.prompts, seed=args.seed)
-            prompts += chat_queries(loaded, args.chat_queries, chat_cache, seed=args.seed)
+            prompts = interleave(
+                build_prompts(args.prompts, seed=args.seed),
+                chat_queries(loaded, args.chat_queries, chat_cache, seed=args.seed),
+            )
             generate_dataset(
                 loaded,
                 prompts,
