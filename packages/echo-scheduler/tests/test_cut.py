@@ -98,8 +98,27 @@ def test_the_cut_makes_no_host_sync_at_any_size() -> None:
         price = RowPrice(50.0, cost)
         with HostSyncCounter() as syncs:
             masked = exact_cut(key, keep, 8, price, gather=False)
+            # a static bound on the kept count: the candidates are a top-k, the same cut
+            bounded = exact_cut(key, keep, 8, price, gather=False, limit=n)
         assert syncs.total == 0, syncs.counts
         assert torch.equal(masked, exact_cut(key, keep, 8, price, gather=True))
+        assert torch.equal(bounded, masked)
+
+
+def test_a_bound_on_the_kept_count_cuts_alike_with_ties() -> None:
+    """``limit`` >= the kept count, keys with exact ties (a cut between equal keys is not
+    allowed): the top-k candidates cut where the sorted ones do."""
+    g = torch.Generator().manual_seed(3)
+    cost = ProfileCost((1.0, 8.0, 64.0), (0.010, 0.011, 0.030))
+    for trial in range(40):
+        n = 1 + trial % 13
+        key = torch.randint(0, 4, (n,), generator=g).float() / 4
+        keep = torch.rand(n, generator=g) < 0.6
+        price = RowPrice(float(torch.rand(1, generator=g)) * 300, cost)
+        want = exact_cut(key, keep, 4, price, gather=False)
+        kept = int(keep.sum())
+        for limit in {kept, kept + 1, n, 2 * n}:
+            assert torch.equal(exact_cut(key, keep, 4, price, False, None, limit), want)
 
 
 def test_nothing_kept_stays_nothing(cut: Cut) -> None:

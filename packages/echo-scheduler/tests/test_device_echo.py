@@ -20,7 +20,7 @@ from echo_scheduler.cost import ProfileCost, VerifyCostModel
 from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices, StepScalars
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.driver import drive, drive_fixed_step
-from echo_scheduler.device.echo_step import first_in_rows, layout_rows
+from echo_scheduler.device.echo_step import budget_bucket, first_in_rows, layout_rows
 from echo_scheduler.device.layout import layer_confidence as slab_confidence
 from echo_scheduler.device.layout import row_band, tiered_key
 from echo_scheduler.device.layout import sibling_margin as slab_margin
@@ -207,10 +207,11 @@ def _run_fixed(
 
 
 def test_one_op_sequence_serves_every_price() -> None:
-    """The step's ops, with their shapes and constants, do not depend on any price, nor on the
-    latency model that prices the rows (a profile with other points, a hinge): what a CUDA
-    graph records for one step replays another of the same shapes once the scalars buffers are
-    reloaded, and it selects what a step built for those prices selects."""
+    """The step's ops, with their shapes and constants, do not depend on any price beyond the
+    budget's bucket (budget_bucket: the top-k sizes), nor on the latency model that prices the
+    rows (a profile with other points, a hinge): what a CUDA graph records for one step replays
+    another of the same shapes and bucket once the scalars buffers are reloaded (K = 40 and 64
+    share one), and it selects what a step built for those prices selects."""
     _, batch_in, slabs = _slabs(16, 3)
     caps = batch_in.max_nodes
     variants = [
@@ -227,7 +228,8 @@ def test_one_op_sequence_serves_every_price() -> None:
     ]
     rows = layout_rows(CONFIG, int(caps.shape[0]))
     shared = StepScalars.of(variants[0], caps.device, rows)  # one set, as a graph holds
-    traces, selections = [], []
+    traces: dict[int, list[list[tuple[str, object]]]] = {}
+    selections = []
     for prices in variants:
         shared.load(prices)
         keep, ops = _run_fixed(slabs, prices, shared)
@@ -235,9 +237,11 @@ def test_one_op_sequence_serves_every_price() -> None:
         for i, slab in enumerate(slabs):
             fresh.fold_depth(slab, last=i == len(slabs) - 1)
         assert torch.equal(keep, fresh.select())
-        traces.append(ops)
+        traces.setdefault(budget_bucket(prices.budget), []).append(ops)
         selections.append(keep)
-    assert all(ops == traces[0] for ops in traces[1:])
+    assert sorted(traces) == [4, 64, 512]
+    for ops in traces.values():
+        assert all(o == ops[0] for o in ops[1:])
     assert len({tuple(k.reshape(-1).tolist()) for k in selections}) > 1  # the prices mattered
     assert len({int(k.sum()) for k in selections[-3:]}) == 3  # and so did the latency models
 
@@ -311,6 +315,8 @@ def test_first_in_rows_takes_what_first_in_order_takes(
     group = torch.arange(b).repeat_interleave(n)
     want = first_in_order(_lexicographic(order, tier), group, caps, budget, mask.reshape(-1))
     assert torch.equal(got.reshape(-1), want)
+    bounded = first_in_rows(order, mask, caps, budget, tier, limit=budget_bucket(budget))
+    assert torch.equal(bounded.reshape(-1), want)  # a top-k of the bucket's size, not a sort
     untiered = first_in_rows(order, mask, caps, budget)
     flat = _lexicographic(order, torch.zeros_like(tier))
     assert torch.equal(

@@ -54,6 +54,7 @@ def exact_cut(
     price: RowPrice,
     gather: bool | None = None,
     buffers: RowBuffers | None = None,
+    limit: int | None = None,
 ) -> Tensor:
     """``keep`` ([N] bool, ancestor-closed) cut to its ``k*`` best rows by ``key`` ([N]).
 
@@ -63,7 +64,9 @@ def exact_cut(
     every ``k <= N`` and the ones past ``n`` are inadmissible: fixed shape, no host sync (issue
     #44), the same cut. ``buffers``: ``price``'s numbers in a captured step's own device buffers
     (:class:`RowBuffers`), read in place of its floats and its latency model; the same float64
-    operations and values."""
+    operations and values. ``limit`` (without ``gather``): a static bound on how many ``keep``
+    holds (the caller's guarantee, not checked), so the candidates are the ``min(limit, N)``
+    best keys (a top-k, not a sort of all N), the same cut."""
     if key.numel() == 0:
         return keep
     dev = key.device
@@ -74,7 +77,11 @@ def exact_cut(
             return keep
     else:
         masked = torch.where(keep, key.to(torch.float64), -torch.inf)
-        vals, n = torch.sort(masked, descending=True).values, keep.sum()
+        if limit is None:
+            vals = torch.sort(masked, descending=True).values
+        else:
+            vals = torch.topk(masked, max(1, min(limit, masked.numel()))).values
+        n = keep.sum()
     c = int(vals.numel())  # candidates: n, or N
     k = torch.arange(c + 1, device=dev)
     zero = torch.zeros(1, dtype=torch.float64, device=dev)

@@ -44,7 +44,7 @@ from echo_scheduler.config import PolicyConfig
 from echo_scheduler.cost import LatencyModel, ProfileCost
 from echo_scheduler.device import DepthSlab, FixedEchoStep, StepPrices, StepScalars
 from echo_scheduler.device.adapter import DeviceEchoPolicy
-from echo_scheduler.device.echo_step import layout_rows
+from echo_scheduler.device.echo_step import budget_bucket, layout_rows
 from echo_scheduler.elastic import ElasticFloor
 from echo_scheduler.policies import make_policy
 
@@ -185,6 +185,7 @@ def shape_key(step: CapturedStep) -> tuple[object, ...]:
     return (
         tuple(tuple(s.path.shape) for s in step.slabs),
         step.prices.explore_rows,
+        budget_bucket(step.prices.budget),
         step.prices.row_price is None,
         step.closed,
         id(step.gate),

@@ -53,7 +53,7 @@ from echo_scheduler.device.layout import (
     DepthSlab,
     Frontier,
     child_parent_slot,
-    key_ranks,
+    first_by_key,
     row_band,
     tiered_key,
 )
@@ -176,6 +176,7 @@ class FixedEchoStep:
         if scalars is None:
             scalars = StepScalars.of(prices, caps.device, layout_rows(config, self.batch_size))
         self.scalars = scalars
+        self.budget_cap = budget_bucket(prices.budget)  # static: the top-k sizes (K <= it)
         self.truncated_at = torch.where(caps > 0, config.max_depth, 0)
         self.drafted_depths = torch.zeros((), dtype=torch.int64, device=self.device)
         self.keys: list[Tensor] = []  # u' per depth, [B, n_d] float32
@@ -285,7 +286,8 @@ class FixedEchoStep:
         # 4. the band so far, [B, d k0] in packed order, under the caps and the budget
         band_key = torch.cat(self.band_keys, dim=1)
         band_ok = torch.cat(self.front_ok, dim=1)
-        top = first_in_rows(torch.cat(self.band_orders, dim=1), band_ok, p.caps, v.budget)
+        orders = torch.cat(self.band_orders, dim=1)
+        top = first_in_rows(orders, band_ok, p.caps, v.budget, limit=self.budget_cap)
         held = top.sum(dim=1)
         floor = v.min_utility
         filled = held.sum() >= v.budget
@@ -332,19 +334,28 @@ class FixedEchoStep:
         other = torch.where(truncated, WIDTH, REINVEST)
         tier = torch.where(eligible, torch.where(band, DEPTH, other), REINVEST + 1)
         order = torch.cat(self.orders, dim=1)
-        keep = first_in_rows(order, eligible, p.caps, self.scalars.budget, tier).reshape(-1)
+        keep = first_in_rows(
+            order, eligible, p.caps, self.scalars.budget, tier, self.budget_cap
+        ).reshape(-1)
         flat_key = key.reshape(-1)
         if p.row_price is not None and self.gate.acceptance_maps is not None:
             if self.exploring:
                 score = torch.cat([s.score for s in self.slabs], dim=1).reshape(-1)
                 keep = best_rows(flat_key, keep, p.explore_rows, score)
             else:
-                keep = exact_cut(flat_key, keep, b, p.row_price, False, self.scalars.row)
+                keep = exact_cut(
+                    flat_key, keep, b, p.row_price, False, self.scalars.row, self.budget_cap
+                )
         return keep.view(b, -1)
 
 
 def first_in_rows(
-    order: Tensor, mask: Tensor, caps: Tensor, budget: int | Tensor, tier: Tensor | None = None
+    order: Tensor,
+    mask: Tensor,
+    caps: Tensor,
+    budget: int | Tensor,
+    tier: Tensor | None = None,
+    limit: int | None = None,
 ) -> Tensor:
     """Each row's first ``caps[b]`` ``mask`` elements, then the first ``budget`` of those, all
     in the order (``tier`` asc., ``order`` desc., flat index asc.): [B, n] bool
@@ -353,15 +364,20 @@ def first_in_rows(
     The flat index is the packed order (echo_scheduler.device.layout), so ties break as there;
     within a row it is the column. ``order`` is a :func:`~echo_scheduler.ranking.
     composite_key` (in [0, 2) where ``mask``) and ``tier`` in {0, 1, 2} where ``mask``. Both
-    go into one int64 sort key (:func:`~echo_scheduler.device.layout.tiered_key`), so two
-    stable sorts give every order the rule needs: a batched one along the rows (each element's
-    rank among its row's ``mask`` elements, :func:`~echo_scheduler.device.layout.key_ranks`)
-    and one of the flat elements (the global order the budget takes). Fixed shape, no host
-    sync."""
+    go into one int64 key (:func:`~echo_scheduler.device.layout.tiered_key`), and
+    :func:`~echo_scheduler.device.layout.first_by_key` takes the first elements twice: along
+    the rows (``caps``), then over the flat elements (``budget``, with ``limit`` its static
+    bound: a top-``limit`` instead of a sort of every slot). Fixed shape, no host sync."""
     b, n = order.shape
     key = tiered_key(order, tier)
-    within = (mask & (key_ranks(key, mask) < caps.unsqueeze(1))).reshape(-1)
-    perm = torch.sort(key.reshape(-1), descending=True, stable=True).indices
-    ordered = within.index_select(0, perm)
-    taken = ordered & (torch.cumsum(ordered.to(torch.int64), 0) <= budget)
-    return torch.empty_like(taken).index_copy_(0, perm, taken).view(b, n)
+    within = first_by_key(key, mask, caps)
+    budget = torch.as_tensor(budget, dtype=torch.int64, device=order.device)
+    taken = first_by_key(key.reshape(-1), within.reshape(-1), budget, limit)
+    return taken.view(b, n)
+
+
+def budget_bucket(budget: int) -> int:
+    """The static bound a step's selection assumes for its budget ``K``: the least power of
+    two ``>= K`` (1 for K <= 1). A step's top-k sizes depend on it, so a captured graph serves
+    the steps of one bucket."""
+    return 1 << max(budget - 1, 0).bit_length()
