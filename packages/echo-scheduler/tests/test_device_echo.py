@@ -240,8 +240,8 @@ def test_one_op_sequence_serves_every_price() -> None:
         traces.setdefault(budget_bucket(prices.budget), []).append(ops)
         selections.append(keep)
     assert sorted(traces) == [4, 64, 512]
-    for ops in traces.values():
-        assert all(o == ops[0] for o in ops[1:])
+    for same_bucket in traces.values():
+        assert all(o == same_bucket[0] for o in same_bucket[1:])
     assert len({tuple(k.reshape(-1).tolist()) for k in selections}) > 1  # the prices mattered
     assert len({int(k.sum()) for k in selections[-3:]}) == 3  # and so did the latency models
 
