@@ -11,7 +11,9 @@ traces, the measured H200 cost model), serves each from held price buffers and r
 - ``ms``: per step, the fastest of ``--reps`` timed runs (after one warm-up, one torch
   thread); the cell's value is the median over its steps. The minimum, not the median, of a
   step's runs: on a shared VM the slow runs are other tenants' time;
-- ``ops``: the aten ops one step dispatches (mean over the cell's steps), recorded by
+  With ``--compiled``, the step served by its shape's ``torch.compile`` (:class:`echo_lab.
+  replay.fixedstep.StepGraphs`, compiled when a shape is first seen, untimed) instead;
+- ``ops``: the aten ops one (eager) step dispatches (mean over the cell's steps), recorded by
   :class:`echo_core.testing.OpTrace`: deterministic, the same on any CPU.
 
 Each side re-runs its steps with its own commit's code: from ``ac0f57f`` on, a re-run also
@@ -25,6 +27,7 @@ commit's median over rounds [range] and the per-round ratio new / base: median [
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -44,12 +47,13 @@ def _child(args: argparse.Namespace) -> None:
 
     from echo_core.testing import OpTrace
     from echo_lab.replay.costs import load_profiled
-    from echo_lab.replay.fixedstep import CapturedStep, capture_steps, run_step
+    from echo_lab.replay.fixedstep import CapturedStep, StepGraphs, capture_steps, run_step
     from echo_scheduler.device.echo_step import StepScalars, layout_rows
 
     torch.set_num_threads(1)
     cost = load_profiled(args.gpu_cost, "gpu")
     captured: dict[str, list[CapturedStep]] = {}
+    graphs = StepGraphs(compiled=True)
     print("ready", flush=True)
     for line in sys.stdin:
         trace, b = line.split()
@@ -66,11 +70,18 @@ def _child(args: argparse.Namespace) -> None:
             held.load(step.prices)
             if not torch.equal(run_step(step, held), step.keep):
                 raise SystemExit(f"{trace} B={b}: a re-run step selected otherwise")
+            if args.compiled:  # its shape's compiled step (compiled on first sight, untimed)
+                entry = graphs.prepare(step)
+                if not torch.equal(entry.replay(), step.keep):
+                    raise SystemExit(f"{trace} B={b}: a compiled step selected otherwise")
+                scalars, run = entry.scalars, entry.replay
+            else:
+                scalars, run = held, functools.partial(run_step, step, held)
             runs = []
             for _ in range(args.reps):
                 t0 = time.perf_counter()
-                held.load(step.prices)
-                run_step(step, held)
+                scalars.load(step.prices)
+                run()
                 runs.append(time.perf_counter() - t0)
             ms.append(1e3 * min(runs))
             with OpTrace() as trace_ops:
@@ -140,6 +151,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20, help="composed steps per cell")
     p.add_argument("--reps", type=int, default=15, help="timed runs per step (the fastest)")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="time each step shape's torch.compile'd step (StepGraphs(compiled=True)) instead "
+        "of the eager step; ops stay the eager step's",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -150,7 +167,7 @@ def main() -> None:
     argv = [
         "--traces", *map(str, args.traces), "--gpu-cost", str(args.gpu_cost),
         "--batches", *map(str, args.batches), "--steps", str(args.steps),
-        "--reps", str(args.reps),
+        "--reps", str(args.reps), *(["--compiled"] if args.compiled else []),
     ]  # fmt: skip
     from echo_lab.bench.intervals import cpu_name
 

@@ -21,8 +21,8 @@ from echo_scheduler.device import DepthSlab, FixedEchoStep, Frontier, StepPrices
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.driver import drive, drive_fixed_step
 from echo_scheduler.device.echo_step import budget_bucket, first_in_rows, layout_rows
+from echo_scheduler.device.layout import INT64_MIN, first_by_key, row_band, tiered_key
 from echo_scheduler.device.layout import layer_confidence as slab_confidence
-from echo_scheduler.device.layout import row_band, tiered_key
 from echo_scheduler.device.layout import sibling_margin as slab_margin
 from echo_scheduler.device.packed import depth_slab
 from echo_scheduler.driver import drive_step
@@ -280,6 +280,33 @@ def test_row_band_takes_each_rows_best_masked_columns(
         assert band[r].nonzero().flatten().tolist() == best
         assert slot[r].tolist() == best + [0] * (width - len(best))
         assert ok[r].tolist() == [True] * len(best) + [False] * (width - len(best))
+
+
+@FAST
+@given(
+    st.integers(1, 4), st.integers(1, 40), st.integers(0, 2**31 - 1), st.integers(0, 45),
+    st.integers(0, 8),
+)  # fmt: skip
+def test_first_by_key_takes_the_first_count_by_key_then_position(
+    b: int, n: int, seed: int, count: int, slack: int
+) -> None:
+    """Both ways (a stable rank; a top-``limit`` threshold where the limit is at most half the
+    row) against Python's sort by (key desc., position asc.), with many exact ties, keys at
+    INT64_MIN among the masked ones, per-row counts and limits from the count up."""
+    gen = torch.Generator().manual_seed(seed)
+    key = torch.randint(-2, 3, (b, n), generator=gen) * (1 << 61)
+    key = torch.where(key == -2 * (1 << 61), INT64_MIN, key)
+    mask = torch.rand(b, n, generator=gen) < 0.7
+    counts = torch.randint(0, count + 1, (b,), generator=gen)
+    for limit in (None, count + slack):
+        got = first_by_key(key, mask, counts, limit)
+        for r in range(b):
+            cols = sorted((c for c in range(n) if mask[r, c]), key=lambda c: (-int(key[r, c]), c))
+            assert got[r].nonzero().flatten().tolist() == sorted(cols[: int(counts[r])])
+        flat = first_by_key(key.reshape(-1), mask.reshape(-1), torch.tensor(count), limit)
+        every = sorted((i for i in range(b * n) if mask.reshape(-1)[i]),
+                       key=lambda i: (-int(key.reshape(-1)[i]), i))  # fmt: skip
+        assert flat.nonzero().flatten().tolist() == sorted(every[:count])
 
 
 def _lexicographic(order: torch.Tensor, tier: torch.Tensor) -> torch.Tensor:

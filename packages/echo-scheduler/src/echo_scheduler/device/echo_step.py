@@ -366,8 +366,9 @@ def first_in_rows(
     composite_key` (in [0, 2) where ``mask``) and ``tier`` in {0, 1, 2} where ``mask``. Both
     go into one int64 key (:func:`~echo_scheduler.device.layout.tiered_key`), and
     :func:`~echo_scheduler.device.layout.first_by_key` takes the first elements twice: along
-    the rows (``caps``), then over the flat elements (``budget``, with ``limit`` its static
-    bound: a top-``limit`` instead of a sort of every slot). Fixed shape, no host sync."""
+    the rows (``caps``: a stable row sort), then over the flat elements (``budget``, with
+    ``limit`` its static bound: a top-``limit`` instead of a sort of every slot where the
+    bound is at most half of them). Fixed shape, no host sync."""
     b, n = order.shape
     key = tiered_key(order, tier)
     within = first_by_key(key, mask, caps)

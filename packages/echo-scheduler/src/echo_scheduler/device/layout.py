@@ -69,41 +69,56 @@ def row_band(order: Tensor, mask: Tensor, width: int) -> tuple[Tensor, Tensor, T
     band as a mask and compacted, its columns ascending; rows with fewer are padded with slot
     0 and ``ok`` False.
 
-    The band is :func:`first_by_key` of the int64 key ``bits(order)`` (:func:`tiered_key`)
-    with ``width`` as its static limit (a top-``width`` per row, no row sort); its columns are
-    compacted in order by a running count: band column ``c`` goes to place ``cumsum(band)_c -
-    1``, every other column to a spare place past the last. Fixed shape, no host sync."""
-    b, n = order.shape
-    band = first_by_key(tiered_key(order), mask, width, limit=width)
-    place = torch.where(band, torch.cumsum(band.to(torch.int64), dim=1) - 1, width)
-    cols = torch.arange(n, device=order.device).expand(b, n)
-    compact = torch.full((b, width + 1), n, dtype=torch.int64, device=order.device)
-    slot = compact.scatter_(1, place, cols)[:, :width]  # the spare place's value is unused
+    One stable row sort of the int64 key ``bits(order)`` where ``mask`` and -1 elsewhere
+    (:func:`tiered_key`: every masked element ahead of every other) puts the band in a row's
+    first ``width`` places; a sort of those ``width`` columns (the others moved past the last
+    column) lists them ascending. Fixed shape, no host sync."""
+    n = order.shape[1]
+    key = torch.where(mask, tiered_key(order), -1)
+    top = torch.sort(key, dim=1, descending=True, stable=True).indices[:, :width]
+    taken = mask.gather(1, top)
+    band = torch.zeros_like(mask).scatter_(1, top, taken)
+    slot = torch.sort(torch.where(taken, top, n), dim=1).values
     ok = slot < n
+    if top.shape[1] < width:  # fewer columns than the band's width (a shape, not a value)
+        pad = width - top.shape[1]
+        slot = torch.nn.functional.pad(slot, (0, pad), value=n)
+        ok = torch.nn.functional.pad(ok, (0, pad), value=False)
     return band, torch.where(ok, slot, 0), ok
 
 
-def first_by_key(
-    key: Tensor, mask: Tensor, count: Tensor | int, limit: int | None = None
-) -> Tensor:
+def key_ranks(key: Tensor, mask: Tensor) -> Tensor:
+    """Rank of every element among its row's ``mask`` elements by the int64 ``key``
+    descending, ties to the lower position ([..., n] each, [..., n] int64 out; meaningful
+    where ``mask``): one stable sort along the last dimension, the masked count before each
+    element in it."""
+    by_row = torch.sort(key, dim=-1, descending=True, stable=True).indices
+    count = torch.cumsum(mask.gather(-1, by_row).to(torch.int64), dim=-1)
+    return torch.empty_like(count).scatter_(-1, by_row, count - 1)
+
+
+def first_by_key(key: Tensor, mask: Tensor, count: Tensor, limit: int | None = None) -> Tensor:
     """The first ``count`` ``mask`` elements of every row (the last dimension) in the order
     (``key`` descending, position ascending): ``key`` [..., n] int64, ``mask`` [..., n] bool,
-    ``count`` an int or a tensor of the rows' shape ([B] for [B, n], 0-dim for [n]); returns
-    [..., n] bool. All of a row's ``mask`` elements where it has no more than ``count``.
+    ``count`` a tensor of the rows' shape ([B] for [B, n], 0-dim for [n]); returns [..., n]
+    bool. All of a row's ``mask`` elements where it has no more than ``count``.
 
-    With ``t`` the ``count``-th largest masked key of the row (a sorted top-k of the keys, the
-    others at ``INT64_MIN``): take every masked element with key ``> t`` (fewer than
+    ``limit``: a static bound on ``count`` (the caller's guarantee, not checked: a check would
+    read the device). Where it is at most half the row (``2 limit <= n``), a top-``limit``
+    threshold: with ``t`` the ``count``-th largest masked key of the row (a sorted top-k of the
+    keys, the others at ``INT64_MIN``), take every masked element with key ``> t`` (fewer than
     ``count``), then the elements tied at ``t`` in position order, as many as are left
-    (``cumsum(tied) <= count - #above``). Exact for any keys: no tie-break is folded into
-    them. ``limit``: a static bound on ``count`` (the caller's guarantee, not checked: a check
-    would read the device), so the top-k takes ``min(limit, n)`` keys instead of sorting the
-    row. Fixed shape, no host sync."""
+    (``cumsum(tied) <= count - #above``). Otherwise (or without a limit) a rank: one stable
+    sort of the row (:func:`key_ranks`), ``rank < count``. Both exact for any keys, no
+    tie-break folded into them; the threshold costs about twice the ops of the rank (each a
+    few microseconds in eager torch on the CPU) and saves sorting a long row
+    (``fixed_step_ab.py`` measures both). Fixed shape, no host sync."""
     n = key.shape[-1]
     if n == 0:
         return torch.zeros_like(mask)
-    if isinstance(count, int):
-        count = torch.full(key.shape[:-1], count, dtype=torch.int64, device=key.device)
-    k = n if limit is None else max(1, min(limit, n))
+    if limit is None or 2 * limit > n:
+        return mask & (key_ranks(key, mask) < count.unsqueeze(-1))
+    k = max(1, limit)
     masked = torch.where(mask, key, INT64_MIN)
     top = torch.topk(masked, k, dim=-1).values  # descending
     nth = (count - 1).clamp(min=0, max=k - 1).unsqueeze(-1)
