@@ -4,6 +4,7 @@ floor fed by the measured H200 step model (the replay's ECHO arm)."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from echo_lab.replay.fixedstep import (
 )
 from echo_lab.replay.run import calibrate_rows, compose_steps, drive_arm, split_warmup
 from echo_lab.sim.rows import load_rows
+from echo_scheduler.device.echo_step import budget_bucket
+from echo_scheduler.errors import PolicyError
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 
@@ -66,6 +69,15 @@ def test_one_step_graph_per_shape_serves_every_recorded_step() -> None:
         assert graphs.captures == len({(s.depths, s.closed) for s in steps}) < len(steps)
         assert not all(s.closed for s in steps)  # most steps end with nothing to expand
         assert len(served) > graphs.captures  # an entry served steps of different floors
+    # a step of another budget bucket gets its own entry; forced into this one, it is refused
+    step = steps[0]
+    other = dataclasses.replace(step, prices=dataclasses.replace(step.prices, budget=4 * batch))
+    assert budget_bucket(other.prices.budget) != budget_bucket(step.prices.budget)
+    before = graphs.captures
+    graphs.prepare(other)
+    assert graphs.captures == before + 1
+    with pytest.raises(PolicyError, match="another bucket"):
+        graphs.prepare(step).load(other)
 
 
 def test_a_step_graph_serves_steps_after_the_cost_model_changes() -> None:

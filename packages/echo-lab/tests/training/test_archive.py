@@ -62,6 +62,14 @@ def _payload(meta: dict[str, object], tokens: list[int], cu: list[int], plen: li
     return gzip.compress(save(tensors))
 
 
+def _damaged(data: bytes) -> bytes:
+    """``data`` (gzip) with its deflate stream's first block header made invalid: zlib.error,
+    not an OSError."""
+    out = bytearray(data)
+    out[10] = 0xFF  # the byte after the 10-byte gzip header: BTYPE 11 (reserved)
+    return bytes(out)
+
+
 GOOD_META: dict[str, object] = {"format": ARCHIVE_FORMAT, "target": "m", "sequence_ids": ["x"]}
 
 
@@ -78,6 +86,12 @@ GOOD_META: dict[str, object] = {"format": ARCHIVE_FORMAT, "target": "m", "sequen
         (_payload(GOOD_META, [1, 2, 3], [0, 2], [1]), "do not agree"),  # offsets short of tokens
         (_payload(GOOD_META, [1, 2], [0, 2], [2]), "do not agree"),  # no answer token
         (_payload(GOOD_META, [1, 2], [0, 2], [1, 1]), "do not agree"),  # a prompt length too many
+        (
+            _payload({**GOOD_META, "sequence_ids": ["x", "x"]}, [1, 2, 3, 4], [0, 2, 4], [1, 1]),
+            "twice",
+        ),
+        (_payload(GOOD_META, [-1, 2], [0, 2], [1]), "negative"),
+        (_damaged(_payload(GOOD_META, [1, 2] * 40, [0, 80], [1])), "cannot read"),
     ],
 )
 def test_a_bad_archive_is_refused_by_name(tmp_path: Path, data: bytes, message: str) -> None:
@@ -98,16 +112,20 @@ def test_archiving_a_work_dir_keeps_sequences_the_shards_lack(tmp_path: Path) ->
     data.mkdir()
     seqs = sequences(4, 8, 12)
     write_shard(data / "shard_00000.safetensors", seqs[:2])
-    write_archive(path, "m", [ArchivedSequence("old/0", (1, 2), 1)], "old chat\n")
+    old_chat = '{"index": 0, "text": "old"}\n{"index": 1, "text": "old"}\n'
+    write_archive(path, "m", [ArchivedSequence("old/0", (1, 2), 1)], old_chat)
     assert archive_work(data, chat, path, "m") == 3
     back = read_archive(path, "m")
-    assert back.chat_attempts == "old chat\n"  # no cache file in the work dir: kept
+    assert back.chat_attempts == old_chat  # no cache file in the work dir: kept
     kept = {s.sequence_id for s in back.sequences}
     assert kept == {"old/0", seqs[0].prompt_id, seqs[1].prompt_id}
-    chat.write_text("new chat\n", encoding="utf-8")
-    write_shard(data / "shard_00001.safetensors", seqs[2:])
+    # the local cache: attempt 1 again, attempt 2 new, and a last line cut short
+    chat.write_text('{"index": 2, "text": "new"}\n{"index": 1, "text": "new"}\n{"ind', "utf-8")
+    write_shard(data / "shard_00003.safetensors", seqs[2:])  # a gap in the numbering
     assert archive_work(data, chat, path, "m") == 5
-    assert read_archive(path, "m").chat_attempts == "new chat\n"
+    assert read_archive(path, "m").chat_attempts == (
+        '{"index": 0, "text": "old"}\n{"index": 1, "text": "new"}\n{"index": 2, "text": "new"}\n'
+    )
     by_id = {s.sequence_id: s for s in read_archive(path, "m").sequences}
     for s in seqs:
         assert by_id[s.prompt_id] == ArchivedSequence(s.prompt_id, tuple(s.tokens), s.prompt_len)
@@ -127,15 +145,21 @@ def test_restored_features_equal_the_recorded_ones(smollm: LoadedModel, tmp_path
     layers = (1, 14)
     gen, fresh = tmp_path / "gen", tmp_path / "fresh"
     generate_dataset(smollm, PROMPTS, gen / "data", max_tokens=6, aux_layers=layers)
-    (gen / "chat.jsonl").write_text("cached attempts\n", encoding="utf-8")
+    attempts = '{"index": 0, "ended": true, "text": "q"}\n'
+    (gen / "chat.jsonl").write_text(attempts, encoding="utf-8")
     path = tmp_path / "tokens.safetensors.gz"
     name = smollm.source.name
     assert archive_work(gen / "data", gen / "chat.jsonl", path, name) == 3
     chat = fresh / "chat.jsonl"
     assert restore_work(smollm.model, path, name, fresh / "data", chat, layers, shard_size=2) == 3
     assert restore_work(smollm.model, path, name, fresh / "data", chat, layers) == 0  # resumes
-    assert chat.read_text(encoding="utf-8") == "cached attempts\n"
+    assert chat.read_text(encoding="utf-8") == attempts
     assert stored_aux_layers(fresh / "data") == layers
+    other = tmp_path / "other"  # a work dir of other layers: refused before any shard is written
+    restore_work(smollm.model, path, name, other / "data", chat, (1,), shard_size=2)
+    with pytest.raises(ValueError, match="aux layers"):
+        restore_work(smollm.model, path, name, other / "data", chat, layers)
+    assert stored_aux_layers(other / "data") == (1,)
     recorded = {s.prompt_id: s for s in load_sequences(gen / "data")}
     rebuilt = {s.prompt_id: s for s in load_sequences(fresh / "data")}
     assert recorded.keys() == rebuilt.keys()

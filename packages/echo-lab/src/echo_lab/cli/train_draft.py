@@ -49,7 +49,7 @@ from echo_lab.training.trainer import TrainConfig, train
 from echo_server.assets import DEFAULT_HEAD
 from echo_server.drafting.eagle_checkpoint import head_paths, save_head
 from echo_server.drafting.eagle_head import EagleHead, default_config
-from echo_server.model.loader import load_model
+from echo_server.model.loader import load_model, resolve_source
 from echo_server.prompts import Prompt
 
 log = structlog.get_logger(__name__)
@@ -173,16 +173,16 @@ def run(args: argparse.Namespace) -> int:
     work: Path = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
     data_dir, clock = work / "data", work / "wall_seconds.json"
-    loaded = load_model(args.model)
-    name = loaded.source.name
     chat_cache = work / "chat-queries.jsonl"
-    if args.stage == "archive":
+    if args.stage == "archive":  # tokens only: the model is not loaded
         try:
-            n = archive_work(data_dir, chat_cache, args.archive, name)
+            n = archive_work(data_dir, chat_cache, args.archive, resolve_source(args.model).name)
         except ValueError as exc:  # an unreadable archive at that path
             return _error(exc)
         print(f"{n} sequences -> {args.archive} ({args.archive.stat().st_size / 1e6:.1f} MB)")
         return 0
+    loaded = load_model(args.model)
+    name = loaded.source.name
     if args.stage in ("all", "generate"):
         start = time.perf_counter()
         try:

@@ -9,7 +9,9 @@ step with no host sync, what a drafter that drafts the fixed layout would run.
 :func:`time_eager` times it as served, its prices loaded into held buffers (the device
 synchronized at the end, median of ``reps``).
 :class:`StepGraphs` serves steps from CUDA graphs, one per step shape (B, the slabs' shapes, the
-mode, the gate, whether a row price applies and whether the deepest slab closed the step): a
+mode, the budget's bucket (:func:`~echo_scheduler.device.echo_step.budget_bucket`, the static
+bound of its top-k), the gate, whether a row price applies and whether the deepest slab closed
+the step): a
 step of a shape already captured is
 copied into that graph's input buffers (slabs, caps, the :class:`~echo_scheduler.device.
 StepScalars` holding its prices and its latency model's table) and replayed, so one graph
@@ -46,6 +48,7 @@ from echo_scheduler.device import DepthSlab, FixedEchoStep, StepPrices, StepScal
 from echo_scheduler.device.adapter import DeviceEchoPolicy
 from echo_scheduler.device.echo_step import budget_bucket, layout_rows
 from echo_scheduler.elastic import ElasticFloor
+from echo_scheduler.errors import PolicyError
 from echo_scheduler.policies import make_policy
 
 
@@ -206,7 +209,13 @@ class _Graphed:
     compiled: Callable[[], Tensor] | None = None  # the CPU's compiled step over the buffers
 
     def load(self, step: CapturedStep) -> None:
-        """Copy ``step``'s inputs into the buffers (device-side copies and fills)."""
+        """Copy ``step``'s inputs into the buffers (device-side copies and fills). A step of
+        another budget bucket is refused: its selection's top-k would be cut short."""
+        if budget_bucket(step.prices.budget) != budget_bucket(self.static.prices.budget):
+            raise PolicyError(
+                f"a graph built for budget {self.static.prices.budget} cannot serve budget "
+                f"{step.prices.budget}: another bucket (budget_bucket)"
+            )
         for mine, theirs in zip(self.static.slabs, step.slabs, strict=True):
             mine.path.copy_(theirs.path)
             mine.draft.copy_(theirs.draft)

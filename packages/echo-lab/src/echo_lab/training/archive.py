@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,9 @@ from echo_lab.training.selfdistill import (
     SHARD_GLOB,
     DistilledSequence,
     done_prompt_ids,
-    read_shard,
+    next_shard_index,
+    read_shard_tokens,
+    stored_aux_layers,
     write_shard,
 )
 from echo_server.kv.pool import KVPool
@@ -114,7 +117,7 @@ def read_archive(path: Path, target: str | None = None) -> Archive:
     """The archive at ``path``; with ``target``, it must hold that model's tokens."""
     try:
         raw = gzip.decompress(path.read_bytes())
-    except OSError as exc:  # missing file, or not gzip / truncated (gzip.BadGzipFile, EOFError)
+    except (OSError, zlib.error) as exc:  # missing, not gzip (BadGzipFile), damaged data
         raise ArchiveError(f"{path}: cannot read a gzip archive ({exc})") from exc
     except EOFError as exc:
         raise ArchiveError(f"{path}: truncated ({exc})") from exc
@@ -126,7 +129,12 @@ def read_archive(path: Path, target: str | None = None) -> Archive:
         header = json.loads(_text(t["header"]))
         ids, fmt, model = header["sequence_ids"], header["format"], header["target"]
         chat = _text(t["chat_attempts"])
-        tokens, cu, plen = t["tokens"], t["cu_tokens"].tolist(), t["prompt_len"].tolist()
+        tokens, cu_t, plen_t = t["tokens"], t["cu_tokens"], t["prompt_len"]
+        if tokens.dim() != 1 or cu_t.dim() != 1 or plen_t.dim() != 1:
+            raise TypeError("tokens, cu_tokens and prompt_len must be 1-D")
+        if (tokens.dtype, cu_t.dtype, plen_t.dtype) != (torch.int32, torch.int64, torch.int32):
+            raise TypeError("tokens and prompt_len must be int32, cu_tokens int64")
+        cu, plen = cu_t.tolist(), plen_t.tolist()
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
         raise ArchiveError(f"{path}: malformed ({exc!r})") from exc
     if fmt != ARCHIVE_FORMAT:
@@ -144,6 +152,10 @@ def read_archive(path: Path, target: str | None = None) -> Archive:
         or any(not 0 < p < n for p, n in zip(plen, lengths, strict=True))
     ):
         raise ArchiveError(f"{path}: sequence ids, offsets and prompt lengths do not agree")
+    if len(set(ids)) != len(ids):
+        raise ArchiveError(f"{path}: a sequence id appears twice")
+    if tokens.numel() and int(tokens.min()) < 0:
+        raise ArchiveError(f"{path}: a negative token id")
     flat = tokens.tolist()
     seqs = [
         ArchivedSequence(str(sid), tuple(flat[cu[i] : cu[i + 1]]), int(plen[i]))
@@ -152,22 +164,35 @@ def read_archive(path: Path, target: str | None = None) -> Archive:
     return Archive(str(model), seqs, chat)
 
 
-def archived(seqs: Sequence[DistilledSequence]) -> list[ArchivedSequence]:
-    """The tokens of recorded sequences."""
-    return [ArchivedSequence(s.prompt_id, tuple(s.tokens), s.prompt_len) for s in seqs]
-
-
 def archive_work(data_dir: Path, chat_cache: Path, path: Path, target: str) -> int:
     """Write to ``path`` the tokens of every sequence in ``data_dir``'s shards, plus those the
-    archive at ``path`` already holds that the shards lack, and the chat-query cache
-    (``chat_cache``'s text, else the old archive's); returns the number of sequences."""
+    archive at ``path`` already holds that the shards lack, and the chat-query attempts of
+    ``chat_cache`` and of the old archive (:func:`merge_attempts`); returns the number of
+    sequences."""
     old = read_archive(path, target) if path.is_file() else Archive(target, [], "")
     seqs = {s.sequence_id: s for s in old.sequences}
     for shard in sorted(data_dir.glob(SHARD_GLOB)):
-        seqs.update((s.sequence_id, s) for s in archived(read_shard(shard)))
-    chat = chat_cache.read_text(encoding="utf-8") if chat_cache.is_file() else old.chat_attempts
-    write_archive(path, target, list(seqs.values()), chat)
+        for sid, tokens, prompt_len in read_shard_tokens(shard):
+            seqs[sid] = ArchivedSequence(sid, tuple(tokens), prompt_len)
+    local = chat_cache.read_text(encoding="utf-8") if chat_cache.is_file() else ""
+    write_archive(path, target, list(seqs.values()), merge_attempts(old.chat_attempts, local))
     return len(seqs)
+
+
+def merge_attempts(*caches: str) -> str:
+    """The chat-query attempts of several cache texts (JSON lines with an ``index``), one line
+    per index in index order, a later text's line winning; a line that does not parse (a
+    write cut short) is dropped, so the sampler draws that attempt again."""
+    lines: dict[int, str] = {}
+    for text in caches:
+        for line in text.splitlines():
+            try:
+                index = json.loads(line)["index"]
+            except (json.JSONDecodeError, KeyError, TypeError):
+                continue
+            if isinstance(index, int):
+                lines[index] = line
+    return "".join(lines[i] + "\n" for i in sorted(lines))
 
 
 @torch.no_grad()
@@ -198,8 +223,12 @@ def _forward_group(
     model: LlamaModel, group: Sequence[ArchivedSequence], aux_layers: Sequence[int], rows: int
 ) -> list[DistilledSequence]:
     cfg = model.config
-    pool = KVPool(cfg, rows, max_requests=len(group), dtype=model.dtype, device=model.device)
     lengths = [len(s.tokens) - 1 for s in group]
+    if max(lengths) > cfg.max_context:
+        raise ArchiveError(f"a sequence of {max(lengths)} rows exceeds the target's context")
+    if max(t for s in group for t in s.tokens) >= cfg.vocab_size:
+        raise ArchiveError(f"a token id outside the target's vocabulary of {cfg.vocab_size}")
+    pool = KVPool(cfg, rows, len(group), max(lengths), dtype=model.dtype, device=model.device)
     handles = [pool.add_request() for _ in group]
     inputs = torch.tensor(
         [t for s in group for t in s.tokens[:-1]], dtype=torch.int64, device=model.device
@@ -229,16 +258,24 @@ def restore_work(
     shard_size: int = 64,
 ) -> int:
     """Rebuild (:func:`teacher_forced`) the archived sequences missing from ``data_dir``'s
-    shards and write them as new shards, and write the chat-query cache if it is missing;
-    returns the number of sequences rebuilt. Resumable like generation."""
+    shards and write them as new shards, and add the archived chat-query attempts to the
+    cache (:func:`merge_attempts`); returns the number of sequences rebuilt. Resumable like
+    generation; shards of other aux layers are refused before any work."""
     archive = read_archive(path, target)
-    if archive.chat_attempts and not chat_cache.is_file():
-        chat_cache.parent.mkdir(parents=True, exist_ok=True)
-        chat_cache.write_text(archive.chat_attempts, encoding="utf-8")
     data_dir.mkdir(parents=True, exist_ok=True)
+    stored = stored_aux_layers(data_dir)
+    if stored is not None and stored != tuple(aux_layers):
+        raise ValueError(
+            f"{data_dir} holds shards with aux layers {list(stored)}, not {list(aux_layers)}: "
+            "use another work dir or the same layers"
+        )
+    if archive.chat_attempts:
+        local = chat_cache.read_text(encoding="utf-8") if chat_cache.is_file() else ""
+        chat_cache.parent.mkdir(parents=True, exist_ok=True)
+        chat_cache.write_text(merge_attempts(archive.chat_attempts, local), encoding="utf-8")
     done = done_prompt_ids(data_dir)
     todo = [s for s in archive.sequences if s.sequence_id not in done]
-    shard_index = len(list(data_dir.glob(SHARD_GLOB)))
+    shard_index = next_shard_index(data_dir)
     with tqdm(total=len(todo), desc="restore features", unit="seq") as bar:
         for start in range(0, len(todo), shard_size):
             chunk = teacher_forced(model, todo[start : start + shard_size], aux_layers)

@@ -140,6 +140,29 @@ def read_shard_meta(path: Path) -> ShardMeta:
     return ShardMeta(list(json.loads(meta.get("prompt_ids", "[]"))), layers)
 
 
+def next_shard_index(out_dir: Path) -> int:
+    """One past the highest ``shard_<n>`` in ``out_dir`` (0 without shards): a gap in the
+    numbering never makes a new shard overwrite an old one."""
+    numbers = [int(p.stem.split("_", 1)[1]) for p in out_dir.glob(SHARD_GLOB)]
+    return max(numbers, default=-1) + 1
+
+
+def read_shard_tokens(path: Path) -> list[tuple[str, list[int], int]]:
+    """(sequence id, tokens, prompt length) of every sequence in a shard, without reading its
+    features."""
+    from safetensors import safe_open
+
+    ids = read_shard_meta(path).prompt_ids
+    with safe_open(str(path), framework="pt") as f:
+        tokens = f.get_tensor("tokens").tolist()
+        cu = f.get_tensor("cu_features").tolist()
+        prompt_len = f.get_tensor("prompt_len").tolist()
+    return [
+        (pid, tokens[cu[i] + i : cu[i + 1] + i + 1], int(prompt_len[i]))
+        for i, pid in enumerate(ids)
+    ]
+
+
 def stored_aux_layers(out_dir: Path) -> tuple[int, ...] | None:
     """The aux layers of ``out_dir``'s shards (None without shards); ValueError if they differ."""
     found = {read_shard_meta(p).aux_layers for p in sorted(out_dir.glob(SHARD_GLOB))}
@@ -250,7 +273,7 @@ def generate_dataset(
                 engine.pop_finished(sid)
                 continue
             prompt_len[sid] = n
-    shard_index = len(list(out_dir.glob(SHARD_GLOB)))
+    shard_index = next_shard_index(out_dir)
     pending: list[DistilledSequence] = []
     written = 0
     with tqdm(total=len(prompt_len), desc="self-distill", unit="seq") as bar:

@@ -99,9 +99,10 @@ class StepScalars:
     """A step's numbers from :class:`StepPrices` in tensors on the step's device: what the
     fixed step reads, so that no price is baked into its op sequence. A CUDA graph of the step
     captures these buffers; :meth:`load` refills them for the next step (device-side fills, no
-    host sync) and one graph serves every step of the same shapes and mode, whatever its prices
-    and whatever latency model prices its rows (the model's values at every row count sit in
-    ``latency``, recomputed on the device when the model changes)."""
+    host sync) and one graph serves every step of the same shapes, mode and budget bucket
+    (:func:`budget_bucket`), whatever its prices and whatever latency model prices its rows
+    (the model's values at every row count sit in ``latency``, recomputed on the device when
+    the model changes)."""
 
     budget: Tensor  # int64, K
     min_utility: Tensor  # float32, u_min (compared with float32 keys, as a float would be)
@@ -166,8 +167,11 @@ class FixedEchoStep:
         """``scalars``: buffers already holding ``prices``' numbers (a captured graph's own);
         by default fresh ones. The step's ops read the numbers only through them: which ops
         run, and with which constants, depends on the shapes, the gate, the mode
-        (``explore_rows``) and whether there is a row price, never on a price's value or on the
-        row price's latency model. ``prices`` itself then only says which of those apply."""
+        (``explore_rows``), whether there is a row price and the budget's bucket
+        (:func:`budget_bucket`: the static bound of the selection's top-k), never on a price's
+        value or on the row price's latency model. ``prices`` itself then only says which of
+        those apply. Buffers reloaded for a later step must keep its budget in that bucket
+        (more would be cut to the bound): a graph of the step is keyed by the bucket too."""
         self.config, self.gate, self.prices = config, gate, prices
         self.width = config.draft_width
         caps = prices.caps
