@@ -38,10 +38,10 @@ from tqdm import tqdm
 from echo_lab.training.selfdistill import (
     SHARD_GLOB,
     DistilledSequence,
+    check_aux_layers,
     done_prompt_ids,
     next_shard_index,
     read_shard_tokens,
-    stored_aux_layers,
     write_shard,
 )
 from echo_server.kv.pool import KVPool
@@ -263,12 +263,7 @@ def restore_work(
     generation; shards of other aux layers are refused before any work."""
     archive = read_archive(path, target)
     data_dir.mkdir(parents=True, exist_ok=True)
-    stored = stored_aux_layers(data_dir)
-    if stored is not None and stored != tuple(aux_layers):
-        raise ValueError(
-            f"{data_dir} holds shards with aux layers {list(stored)}, not {list(aux_layers)}: "
-            "use another work dir or the same layers"
-        )
+    check_aux_layers(data_dir, aux_layers)
     if archive.chat_attempts:
         local = chat_cache.read_text(encoding="utf-8") if chat_cache.is_file() else ""
         chat_cache.parent.mkdir(parents=True, exist_ok=True)

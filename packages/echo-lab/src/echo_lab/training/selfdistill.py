@@ -171,6 +171,16 @@ def stored_aux_layers(out_dir: Path) -> tuple[int, ...] | None:
     return next(iter(found)) if found else None
 
 
+def check_aux_layers(out_dir: Path, aux_layers: Sequence[int]) -> None:
+    """Raise ValueError unless ``out_dir``'s shards (if any) record ``aux_layers``."""
+    stored = stored_aux_layers(out_dir)
+    if stored is not None and stored != tuple(aux_layers):
+        raise ValueError(
+            f"{out_dir} holds shards with aux layers {list(stored)}, not {list(aux_layers)}: "
+            "use another work dir or the same layers"
+        )
+
+
 def write_shard(path: Path, seqs: Sequence[DistilledSequence], layers: Sequence[int] = ()) -> None:
     """Store ``seqs`` (with aux features from target ``layers``, if any) in one shard (module
     docstring); written to a temp name, then renamed."""
@@ -240,12 +250,7 @@ def generate_dataset(
     if samples and not temperature > 0:
         raise ValueError(f"sampled continuations need a temperature > 0, got {temperature}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    stored = stored_aux_layers(out_dir)
-    if stored is not None and stored != tuple(aux_layers):
-        raise ValueError(
-            f"{out_dir} holds shards with aux layers {list(stored)}, not {list(aux_layers)}: "
-            "use another work dir or the same layers"
-        )
+    check_aux_layers(out_dir, aux_layers)
     done = done_prompt_ids(out_dir)
     recorder = FeatureRecorder(aux_layers)
     engine = Engine(
