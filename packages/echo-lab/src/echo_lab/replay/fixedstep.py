@@ -312,9 +312,8 @@ def compiled_step(static: CapturedStep, scalars: StepScalars) -> Callable[[], Te
 
     On the CPU the compiled graph calls its kernels from a C++ wrapper (inductor's
     ``cpp_wrapper``), not from generated Python: the step is about 30 kernel and library calls
-    of tens of microseconds each, and the Python wrapper's per-call work was about a tenth of
-    the step (0.75 -> 0.67 ms a humaneval step at B = 256 on the AMD EPYC VM, one thread;
-    compiling takes about 9 s a shape instead of 5)."""
+    of tens of microseconds each, and the Python wrapper's own time was about a tenth of it
+    (docs/BENCHMARKS.md, "Kernels called from C++")."""
 
     def step() -> Tensor:
         return run_step(static, scalars)
